@@ -1,0 +1,43 @@
+# replay-kernel: every target bootstraps its own virtual environment from the
+# package registries, so a fresh machine with nothing but python3 can run them.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: help venv test lint typecheck unit demo fuzz bench clean
+
+help:  ## list targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,examples]'
+	touch $(STAMP)
+
+venv: $(STAMP)  ## create .venv and install the package with its extras
+
+lint: $(STAMP)  ## ruff
+	$(BIN)/ruff check kernel tests examples bench
+
+typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
+	$(BIN)/mypy --strict kernel tests
+
+unit: $(STAMP)  ## pytest with the bounded Hypothesis profile
+	$(BIN)/pytest -q -p no:cacheprovider
+
+test: lint typecheck unit  ## everything CI runs
+
+demo: $(STAMP)  ## the reference scenario, end to end
+	$(BIN)/python examples/build_example_chain.py --check
+	$(BIN)/kernel digest examples/chain.json
+
+fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep")
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider
+
+bench: $(STAMP)  ## benchmarks, ratios measured side by side (see BENCHMARKS.md)
+	$(BIN)/python -m bench
+
+clean:  ## remove the virtual environment and caches
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Command-line subcommands; each module owns one group and its exit codes."""

@@ -1,0 +1,273 @@
+"""Strict JSON in, canonical JSON out, through one explicit cattrs converter.
+
+Rules (each violation is a ``SerdeError`` with a stable ``code`` and a path):
+
+- a document is at most ``MAX_DOCUMENT_BYTES`` bytes (``document_too_large``)
+  and nests at most ``MAX_DEPTH`` arrays/objects (``too_deep``);
+- it is strict UTF-8 (``invalid_utf8``) and strict JSON (``malformed_json``);
+- object keys are unique (``duplicate_key``); floats (``float_forbidden``),
+  ``NaN``/``Infinity`` (``constant_forbidden``), lone surrogates
+  (``lone_surrogate``) and integers past the int/str limit
+  (``integer_too_large``) are refused, so every accepted document lies in the
+  canonical identity domain of ``kernel.identity``;
+- structuring is exact: no extra or missing fields, no coercion between JSON
+  types (``"1"`` is not an int, ``1`` is not a bool, a string is not a
+  tuple), enums by value only (``schema_mismatch``, with the cattrs path).
+
+Output is always ``kernel.identity.canonical_json`` of the unstructured value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, Final, TypeVar, cast, final, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.cols import homogenous_tuple_structure_factory, is_sequence
+from cattrs.gen import make_dict_structure_fn
+
+from kernel.identity import IdentityError, JsonValue, canonical_json, check_domain
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "SerdeError",
+    "dumps",
+    "loads",
+    "make_converter",
+    "parse_json",
+    "structure",
+    "unstructure",
+]
+
+T = TypeVar("T")
+
+MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
+MAX_DEPTH: Final = 64
+
+_STRING_LITERAL: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET: Final = re.compile(rb"[\[\]{}]")
+_PATH_SUFFIX: Final = re.compile(r" @ (\$\S*)$")
+
+
+@final
+class SerdeError(ValueError):
+    """A document refused at the JSON boundary."""
+
+    def __init__(self, code: str, path: str, message: str) -> None:
+        super().__init__(f"{code} at {path}: {message}")
+        self.code = code
+        self.path = path
+        self.message = message
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _max_depth(data: bytes) -> int:
+    # Strings may contain brackets; strip them before counting. Runs before
+    # json.loads so a hostile nesting depth never reaches the recursive parser.
+    depth = deepest = 0
+    for match in _BRACKET.finditer(_STRING_LITERAL.sub(b"", data)):
+        if match.group() in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _Refused("duplicate_key", f"duplicate object key {key!r}")
+        result[key] = value
+    return result
+
+
+def _reject_float(text: str) -> float:
+    raise _Refused("float_forbidden", f"float literal {text} is not canonical")
+
+
+def _reject_constant(text: str) -> float:
+    raise _Refused("constant_forbidden", f"{text} is not JSON")
+
+
+def parse_json(
+    data: bytes, *, max_bytes: int = MAX_DOCUMENT_BYTES, max_depth: int = MAX_DEPTH
+) -> JsonValue:
+    """Parse one strict JSON document; raises ``SerdeError``."""
+    if type(data) is not bytes:
+        raise SerdeError("not_bytes", "$", f"expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise SerdeError(
+            "document_too_large", "$", f"{len(data)} bytes exceeds the limit of {max_bytes}"
+        )
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise SerdeError("invalid_utf8", "$", f"byte offset {exc.start}: {exc.reason}") from exc
+    deepest = _max_depth(data)
+    if deepest > max_depth:
+        raise SerdeError("too_deep", "$", f"nesting depth {deepest} exceeds {max_depth}")
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_reject_duplicates,
+            parse_float=_reject_float,
+            parse_constant=_reject_constant,
+        )
+    except _Refused as exc:
+        raise SerdeError(exc.code, "$", str(exc)) from exc
+    except json.JSONDecodeError as exc:
+        raise SerdeError(
+            "malformed_json", "$", f"line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from exc
+    except ValueError as exc:  # int/str conversion limit
+        raise SerdeError("integer_too_large", "$", str(exc)) from exc
+    except RecursionError as exc:  # defensive: the pre-scan should prevent it
+        raise SerdeError("too_deep", "$", "nesting too deep for the parser") from exc
+    try:
+        check_domain(value)
+    except IdentityError as exc:
+        raise SerdeError(exc.code, exc.path, exc.message) from exc
+    return cast(JsonValue, value)
+
+
+# --- the converter -----------------------------------------------------------
+
+
+def _exact(kind: type) -> Callable[[Any, type], Any]:
+    def hook(value: Any, _: type) -> Any:
+        if type(value) is not kind:
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    return hook
+
+
+def _enum_factory(enum_type: type[Enum]) -> Callable[[Any, type], Enum]:
+    def hook(value: Any, _: type) -> Enum:
+        if type(value) not in (str, int) or type(value) is bool:
+            raise TypeError(f"expected a {enum_type.__name__} value, got {type(value).__name__}")
+        try:
+            return enum_type(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in enum_type)
+            raise ValueError(
+                f"{value!r} is not a {enum_type.__name__} (one of {allowed})"
+            ) from None
+
+    return hook
+
+
+def _is_tuple_type(tp: Any) -> bool:
+    return get_origin(tp) is tuple or tp is tuple
+
+
+def make_converter() -> cattrs.Converter:
+    """A fresh strict converter: exact JSON types, no extra keys, paths kept."""
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    # Predicate hooks, not singledispatch: a str-valued enum is a str subclass
+    # and must not be structured by the plain str hook.
+    for kind in (int, str, bool):
+        conv.register_structure_hook_func(lambda tp, k=kind: tp is k, _exact(kind))
+
+    def tuple_factory(tp: Any, c: cattrs.Converter) -> Callable[[Any, type], Any]:
+        args = get_args(tp)
+        inner: Callable[[Any, type], Any]
+        if len(args) == 2 and args[1] is Ellipsis:
+            inner = homogenous_tuple_structure_factory(tp, c)
+        else:
+            hooks = [c.get_structure_hook(arg) for arg in args]
+
+            def fixed(value: Any, _t: type) -> Any:
+                if len(value) != len(args):
+                    raise ValueError(f"expected {len(args)} elements, got {len(value)}")
+                return tuple(h(v, a) for h, v, a in zip(hooks, value, args, strict=True))
+
+            inner = fixed
+
+        def hook(value: Any, t: type) -> Any:
+            if type(value) is not list and type(value) is not tuple:
+                raise TypeError(f"expected an array, got {type(value).__name__}")
+            return inner(value, t)
+
+        return hook
+
+    conv.register_structure_hook_factory(_is_tuple_type, tuple_factory)
+
+    def list_guard(tp: Any, c: cattrs.Converter) -> Callable[[Any, type], Any]:
+        raise TypeError(f"records use tuples, not {tp!r}")
+
+    conv.register_structure_hook_factory(
+        lambda tp: is_sequence(tp) and not _is_tuple_type(tp), list_guard
+    )
+    conv.register_structure_hook_factory(
+        lambda tp: isinstance(tp, type) and issubclass(tp, Enum),
+        lambda tp, _c: _enum_factory(tp),
+    )
+
+    def attrs_factory(tp: Any, c: cattrs.Converter) -> Callable[[Any, type], Any]:
+        inner = make_dict_structure_fn(tp, c, _cattrs_forbid_extra_keys=True)
+
+        def hook(value: Any, t: type) -> Any:
+            if type(value) is not dict:
+                raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+            return inner(value, t)
+
+        return hook
+
+    conv.register_structure_hook_factory(attrs.has, attrs_factory)
+    conv.register_unstructure_hook_func(
+        lambda tp: isinstance(tp, type) and issubclass(tp, Enum),
+        lambda member: member.value,
+    )
+    return conv
+
+
+_CONVERTER: Final = make_converter()
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    messages = cattrs.transform_error(exc)
+    first = messages[0] if messages else str(exc)
+    match = _PATH_SUFFIX.search(first)
+    path = match.group(1) if match else "$"
+    return path, "; ".join(messages) if messages else str(exc)
+
+
+def structure(value: JsonValue, cls: type[T], *, converter: cattrs.Converter | None = None) -> T:
+    """Structure a parsed JSON value into ``cls`` exactly; raises ``SerdeError``."""
+    conv = converter or _CONVERTER
+    try:
+        return conv.structure(value, cls)
+    except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+        path, message = _describe(exc)
+        raise SerdeError("schema_mismatch", path, message) from exc
+    except RecursionError as exc:
+        raise SerdeError("too_deep", "$", "value nests too deeply to structure") from exc
+
+
+def unstructure(value: object, *, converter: cattrs.Converter | None = None) -> JsonValue:
+    """Plain JSON-domain data for a record (enums by value, tuples kept)."""
+    conv = converter or _CONVERTER
+    return cast(JsonValue, conv.unstructure(value))
+
+
+def loads(data: bytes, cls: type[T], *, max_bytes: int = MAX_DOCUMENT_BYTES) -> T:
+    """Parse and structure one document; raises ``SerdeError``."""
+    return structure(parse_json(data, max_bytes=max_bytes), cls)
+
+
+def dumps(value: object) -> bytes:
+    """Canonical JSON bytes of a record or plain value."""
+    return canonical_json(unstructure(value))
