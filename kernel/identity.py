@@ -36,9 +36,7 @@ __all__ = [
     "sha256_hex",
 ]
 
-JsonValue: TypeAlias = (
-    None | bool | int | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
-)
+JsonValue: TypeAlias = bool | int | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"] | None
 
 DIGEST_PATTERN: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -111,9 +109,9 @@ def check_domain(value: object) -> None:
 def canonical_json(value: JsonValue) -> bytes:
     """The canonical UTF-8 JSON bytes of ``value``; raises ``IdentityError``."""
     _check_domain(value, "$", 0)
-    return json.dumps(
-        value, ensure_ascii=False, sort_keys=True, separators=(",", ":")
-    ).encode("utf-8")
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
+        "utf-8"
+    )
 
 
 def sha256_hex(data: bytes) -> str:

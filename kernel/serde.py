@@ -176,10 +176,11 @@ def _is_tuple_type(tp: Any) -> bool:
 def make_converter() -> cattrs.Converter:
     """A fresh strict converter: exact JSON types, no extra keys, paths kept."""
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    # Predicate hooks, not singledispatch: a str-valued enum is a str subclass
-    # and must not be structured by the plain str hook.
+    # cattrs' defaults coerce (int("1"), bool("no"), str(5)); ours check the
+    # exact JSON type. Records use plain Enums, never str/int mixins, so no
+    # annotation is a subclass of these three.
     for kind in (int, str, bool):
-        conv.register_structure_hook_func(lambda tp, k=kind: tp is k, _exact(kind))
+        conv.register_structure_hook(kind, _exact(kind))
 
     def tuple_factory(tp: Any, c: cattrs.Converter) -> Callable[[Any, type], Any]:
         args = get_args(tp)

@@ -1,0 +1,219 @@
+"""Source spans, problem frames and frame deltas (pure values).
+
+Rules:
+
+- A ``SourceSpan`` is a half-open range of code points ``[start, end)`` in the
+  frame's ``source_text``; spans are never merged, sorted or deduplicated by
+  the kernel (ADR-0229 §6.1, §7.1).
+- A ``ProblemFrame`` is the typed reading of one source text: quantity
+  bindings, relations between them, the targets the problem asks for, and the
+  ordered evidence spans. Its identity is the digest of every field
+  (``frame_digest``); a frame has no self-declared id to forge.
+- A ``FrameDelta`` names the exact frame it applies to (by digest) and
+  reconstructs exactly one frame, or refuses (``apply_delta``). It can never
+  change the source text (ADR-0229 §6.1: a candidate may not alter source
+  text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import final
+
+import attrs
+
+from kernel._values import (
+    DIGEST,
+    EXACT_INT,
+    NAME,
+    NON_NEGATIVE_INT,
+    tuple_of,
+)
+from kernel.identity import JsonValue, digest
+
+__all__ = [
+    "Binding",
+    "DeltaRefusal",
+    "DeltaRefusalCode",
+    "FrameDelta",
+    "ProblemFrame",
+    "Relation",
+    "SourceSpan",
+    "Target",
+    "apply_delta",
+    "delta_digest",
+    "frame_digest",
+    "spans_payload",
+]
+
+
+@final
+@attrs.frozen
+class SourceSpan:
+    """Code points ``[start, end)`` of a frame's source text."""
+
+    start: int = attrs.field(validator=NON_NEGATIVE_INT)
+    end: int = attrs.field(validator=NON_NEGATIVE_INT)
+
+    def __attrs_post_init__(self) -> None:
+        if self.end < self.start:
+            raise ValueError(f"span end {self.end} precedes start {self.start}")
+
+    def payload(self) -> dict[str, JsonValue]:
+        return {"start": self.start, "end": self.end}
+
+
+@final
+@attrs.frozen
+class Binding:
+    """A named integer quantity with its unit, read from one span."""
+
+    name: str = attrs.field(validator=NAME)
+    value: int = attrs.field(validator=EXACT_INT)
+    unit: str = attrs.field(validator=NAME)
+    span: SourceSpan = attrs.field(validator=attrs.validators.instance_of(SourceSpan))
+
+    def payload(self) -> dict[str, JsonValue]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "unit": self.unit,
+            "span": self.span.payload(),
+        }
+
+
+@final
+@attrs.frozen
+class Relation:
+    """``result = operator(operands...)``; the operator is the organ's to judge."""
+
+    result: str = attrs.field(validator=NAME)
+    operator: str = attrs.field(validator=NAME)
+    operands: tuple[str, ...] = attrs.field(validator=tuple_of(str, names=True))
+
+    def payload(self) -> dict[str, JsonValue]:
+        return {"result": self.result, "operator": self.operator, "operands": list(self.operands)}
+
+
+@final
+@attrs.frozen
+class Target:
+    """A quantity the problem asks for, in a named role (e.g. ``answer``)."""
+
+    name: str = attrs.field(validator=NAME)
+    role: str = attrs.field(validator=NAME)
+
+    def payload(self) -> dict[str, JsonValue]:
+        return {"name": self.name, "role": self.role}
+
+
+def spans_payload(spans: Sequence[SourceSpan]) -> list[JsonValue]:
+    """Ordered span payloads; duplicates kept."""
+    return [s.payload() for s in spans]
+
+
+@final
+@attrs.frozen
+class ProblemFrame:
+    """The typed reading of one source text."""
+
+    source_text: str = attrs.field(validator=attrs.validators.instance_of(str))
+    bindings: tuple[Binding, ...] = attrs.field(validator=tuple_of(Binding))
+    relations: tuple[Relation, ...] = attrs.field(validator=tuple_of(Relation))
+    targets: tuple[Target, ...] = attrs.field(validator=tuple_of(Target))
+    evidence_spans: tuple[SourceSpan, ...] = attrs.field(validator=tuple_of(SourceSpan))
+
+    def payload(self) -> dict[str, JsonValue]:
+        return {
+            "source_text": self.source_text,
+            "bindings": [b.payload() for b in self.bindings],
+            "relations": [r.payload() for r in self.relations],
+            "targets": [t.payload() for t in self.targets],
+            "evidence_spans": spans_payload(self.evidence_spans),
+        }
+
+
+def frame_digest(frame: ProblemFrame) -> str:
+    """The content identity of a frame: digest of every field."""
+    return digest(frame.payload())
+
+
+@final
+@attrs.frozen
+class FrameDelta:
+    """Edits to one exact base frame; ``evidence_spans`` replaces the base's spans."""
+
+    base_frame_digest: str = attrs.field(validator=DIGEST)
+    removed_bindings: tuple[str, ...] = attrs.field(validator=tuple_of(str, names=True))
+    added_bindings: tuple[Binding, ...] = attrs.field(validator=tuple_of(Binding))
+    removed_relations: tuple[str, ...] = attrs.field(validator=tuple_of(str, names=True))
+    added_relations: tuple[Relation, ...] = attrs.field(validator=tuple_of(Relation))
+    removed_targets: tuple[str, ...] = attrs.field(validator=tuple_of(str, names=True))
+    added_targets: tuple[Target, ...] = attrs.field(validator=tuple_of(Target))
+    evidence_spans: tuple[SourceSpan, ...] = attrs.field(validator=tuple_of(SourceSpan))
+
+    def payload(self) -> dict[str, JsonValue]:
+        return {
+            "base_frame_digest": self.base_frame_digest,
+            "removed_bindings": list(self.removed_bindings),
+            "added_bindings": [b.payload() for b in self.added_bindings],
+            "removed_relations": list(self.removed_relations),
+            "added_relations": [r.payload() for r in self.added_relations],
+            "removed_targets": list(self.removed_targets),
+            "added_targets": [t.payload() for t in self.added_targets],
+            "evidence_spans": spans_payload(self.evidence_spans),
+        }
+
+
+def delta_digest(delta: FrameDelta) -> str:
+    """The content identity of a delta."""
+    return digest(delta.payload())
+
+
+class DeltaRefusalCode(Enum):
+    """Why a delta does not reconstruct a frame."""
+
+    BASE_MISMATCH = "delta_base_mismatch"
+    REMOVES_UNKNOWN = "delta_removes_unknown_item"
+
+
+@final
+@attrs.frozen
+class DeltaRefusal:
+    """A delta that reconstructs no frame."""
+
+    code: DeltaRefusalCode
+    detail: str
+
+
+def apply_delta(base: ProblemFrame, delta: FrameDelta) -> ProblemFrame | DeltaRefusal:
+    """Reconstruct the one frame ``delta`` describes over ``base``.
+
+    Removal drops every item with the named key (binding name, relation
+    result, target name) and must name an existing item; additions are
+    appended in delta order after the kept items. Refuses when the base digest
+    differs or a removal names nothing.
+    """
+    if frame_digest(base) != delta.base_frame_digest:
+        return DeltaRefusal(DeltaRefusalCode.BASE_MISMATCH, "delta names a different base frame")
+    for label, removed, present in (
+        ("binding", delta.removed_bindings, {b.name for b in base.bindings}),
+        ("relation", delta.removed_relations, {r.result for r in base.relations}),
+        ("target", delta.removed_targets, {t.name for t in base.targets}),
+    ):
+        for key in removed:
+            if key not in present:
+                return DeltaRefusal(
+                    DeltaRefusalCode.REMOVES_UNKNOWN, f"delta removes unknown {label} {key!r}"
+                )
+    return ProblemFrame(
+        source_text=base.source_text,
+        bindings=tuple(b for b in base.bindings if b.name not in delta.removed_bindings)
+        + delta.added_bindings,
+        relations=tuple(r for r in base.relations if r.result not in delta.removed_relations)
+        + delta.added_relations,
+        targets=tuple(t for t in base.targets if t.name not in delta.removed_targets)
+        + delta.added_targets,
+        evidence_spans=delta.evidence_spans,
+    )

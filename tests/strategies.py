@@ -1,0 +1,108 @@
+"""Shared Hypothesis strategies for frames, records and whole chains."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from kernel.frames import (
+    Binding,
+    FrameDelta,
+    ProblemFrame,
+    Relation,
+    SourceSpan,
+    Target,
+    frame_digest,
+)
+from kernel.upstream import (
+    CandidateDraft,
+    ContractAssessment,
+    SearchChain,
+    build_chain,
+    seal_assessment,
+)
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8)
+# Any valid Unicode text, including astral and combining characters, but no
+# lone surrogates (those are outside the identity domain by design).
+texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
+digests = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+big_ints = st.integers(min_value=-(10**30), max_value=10**30)
+
+
+@st.composite
+def source_spans(draw: st.DrawFn, limit: int = 60) -> SourceSpan:
+    start = draw(st.integers(0, limit))
+    return SourceSpan(start, draw(st.integers(start, limit)))
+
+
+bindings = st.builds(Binding, names, big_ints, names, source_spans())
+relations = st.builds(
+    Relation, names, st.sampled_from(["add", "sub", "mul", "div", "pow"]),
+    st.lists(names, max_size=3).map(tuple),
+)
+targets = st.builds(Target, names, st.sampled_from(["answer", "intermediate"]))
+span_tuples = st.lists(source_spans(), max_size=5).map(tuple)
+
+problem_frames = st.builds(
+    ProblemFrame,
+    texts,
+    st.lists(bindings, max_size=4).map(tuple),
+    st.lists(relations, max_size=3).map(tuple),
+    st.lists(targets, max_size=2).map(tuple),
+    span_tuples,
+)
+
+
+@st.composite
+def refused_assessments(draw: st.DrawFn, frame: ProblemFrame) -> ContractAssessment:
+    missing = draw(st.lists(names, max_size=3))
+    hazards = draw(st.lists(names, min_size=0 if missing else 1, max_size=3))
+    return seal_assessment(
+        problem_frame_digest=frame_digest(frame),
+        candidate_organ=draw(st.sampled_from(["arithmetic", "other_organ"])),
+        runnable=False,
+        missing_bindings=missing,
+        unresolved_hazards=hazards,
+        evidence_spans=draw(span_tuples),
+        explanation=draw(texts),
+    )
+
+
+@st.composite
+def frame_deltas(draw: st.DrawFn, base: ProblemFrame) -> FrameDelta:
+    binding_names = sorted({b.name for b in base.bindings})
+    removed = draw(st.lists(st.sampled_from(binding_names), unique=True)) if binding_names else []
+    return FrameDelta(
+        base_frame_digest=frame_digest(base),
+        removed_bindings=tuple(removed),
+        added_bindings=tuple(draw(st.lists(bindings, max_size=2))),
+        removed_relations=(),
+        added_relations=tuple(draw(st.lists(relations, max_size=2))),
+        removed_targets=(),
+        added_targets=tuple(draw(st.lists(targets, max_size=1))),
+        evidence_spans=draw(span_tuples),
+    )
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> SearchChain:
+    """A valid sealed chain with 1-3 attempts, each a whole frame or a delta."""
+    frame = draw(problem_frames)
+    assessment = draw(refused_assessments(frame))
+    drafts = []
+    for _ in range(draw(st.integers(1, 3))):
+        candidate: ProblemFrame | FrameDelta
+        if draw(st.booleans()):
+            candidate = ProblemFrame(
+                frame.source_text,
+                tuple(draw(st.lists(bindings, max_size=4))),
+                tuple(draw(st.lists(relations, max_size=3))),
+                tuple(draw(st.lists(targets, max_size=2))),
+                draw(span_tuples),
+            )
+        else:
+            candidate = draw(frame_deltas(frame))
+        drafts.append(CandidateDraft(candidate, draw(names), draw(names)))
+    return build_chain(
+        frame, assessment, drafts, operator_set_id=draw(names), operator_set_version=draw(names)
+    )

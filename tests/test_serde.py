@@ -1,0 +1,112 @@
+"""kernel.serde: strict JSON boundary; one test per rejection."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import attrs
+import pytest
+
+from kernel.frames import ProblemFrame, SourceSpan
+from kernel.serde import MAX_DEPTH, SerdeError, dumps, loads, parse_json
+
+GOOD_SPAN = b'{"start": 1, "end": 3}'
+
+
+def refused(data: bytes, cls: type = SourceSpan, **kwargs: int) -> SerdeError:
+    with pytest.raises(SerdeError) as info:
+        loads(data, cls, **kwargs)
+    return info.value
+
+
+def test_a_valid_record_loads_and_dumps_canonically() -> None:
+    assert loads(GOOD_SPAN, SourceSpan) == SourceSpan(1, 3)
+    assert dumps(SourceSpan(1, 3)) == b'{"end":3,"start":1}'
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b'{"start": 1, "start": 2, "end": 3}', "duplicate_key"),
+        (b'{"start": 1.0, "end": 3}', "float_forbidden"),
+        (b'{"start": 1e3, "end": 3}', "float_forbidden"),
+        (b'{"start": NaN, "end": 3}', "constant_forbidden"),
+        (b'{"start": Infinity, "end": 3}', "constant_forbidden"),
+        (b'{"start": -Infinity, "end": 3}', "constant_forbidden"),
+        (b'{"start": 1, "end": 3', "malformed_json"),
+        (b"\xef\xbb\xbf" + GOOD_SPAN, "malformed_json"),
+        (b'{"start": 1, "end": 3} trailing', "malformed_json"),
+        (b'{"start": 1, "end": "\xff"}', "invalid_utf8"),
+        (b'{"start": 1, "end": "\\ud800"}', "lone_surrogate"),
+        (b'{"start": 1, "end": 3, "\\udc00": 1}', "lone_surrogate"),
+        (b'{"start": 1' + b"0" * 5000 + b', "end": 3}', "integer_too_large"),
+    ],
+)
+def test_malformed_documents_are_refused_with_a_stable_code(data: bytes, code: str) -> None:
+    assert refused(data).code == code
+
+
+@pytest.mark.parametrize(
+    ("data", "path"),
+    [
+        (b'{"start": "1", "end": 3}', "$.start"),
+        (b'{"start": true, "end": 3}', "$.start"),
+        (b'{"start": 1}', "$.end"),
+        (b'{"start": 1, "end": 3, "extra": 0}', "$"),
+        (b'{"start": 4, "end": 3}', "$"),
+        (b'[1, 3]', "$"),
+    ],
+)
+def test_schema_violations_name_the_path(data: bytes, path: str) -> None:
+    error = refused(data)
+    assert error.code == "schema_mismatch"
+    assert error.path == path
+    assert path in str(error)
+
+
+def test_a_string_is_not_accepted_as_a_tuple() -> None:
+    doc = (b'{"source_text": "x", "bindings": [], "relations": [], "targets": [],'
+           b' "evidence_spans": "ab"}')
+    error = refused(doc, ProblemFrame)
+    assert error.code == "schema_mismatch"
+    assert error.path == "$.evidence_spans"
+
+
+def test_nesting_beyond_the_limit_is_refused_before_parsing() -> None:
+    deep = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    with pytest.raises(SerdeError) as info:
+        parse_json(deep)
+    assert info.value.code == "too_deep"
+    ok = b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
+    parse_json(ok)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    assert parse_json(b'["' + b"[" * 500 + b'\\"["]') == ["[" * 500 + '"[']
+
+
+def test_documents_over_the_size_limit_are_refused() -> None:
+    assert refused(GOOD_SPAN, max_bytes=len(GOOD_SPAN) - 1).code == "document_too_large"
+    assert loads(GOOD_SPAN, SourceSpan, max_bytes=len(GOOD_SPAN)) == SourceSpan(1, 3)
+
+
+def test_non_bytes_input_is_refused() -> None:
+    with pytest.raises(SerdeError) as info:
+        parse_json("{}")  # type: ignore[arg-type]
+    assert info.value.code == "not_bytes"
+
+
+class Colour(Enum):
+    RED = "red"
+
+
+@attrs.frozen
+class Paint:
+    colour: Colour
+
+
+def test_enums_are_read_by_value_only() -> None:
+    assert loads(b'{"colour": "red"}', Paint) == Paint(Colour.RED)
+    assert dumps(Paint(Colour.RED)) == b'{"colour":"red"}'
+    for bad in (b'{"colour": "RED"}', b'{"colour": 1}', b'{"colour": ["red"]}'):
+        assert refused(bad, Paint).code == "schema_mismatch"
