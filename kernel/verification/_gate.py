@@ -1,0 +1,177 @@
+"""The assurance gate: is this receipt evidence that closes this request, now?
+
+Theory of operation (the deterministic verification adapter seed, "Gates"):
+only an independent assurance receipt whose candidate, claim, backend,
+version, command/configuration and evidence digest bind the current candidate
+and request, and whose status equals the expected result, is
+``gate_eligible``. The backend version and evidence digest bind through the
+receipt's own content address (``receipt_id`` covers both), and the evidence
+digest must not be one recorded before a repair.
+
+Checks, in order (first failure wins; each is one ``GateReason``):
+
+1. ``receipt_tampered`` / ``request_tampered``: an id does not recompute;
+2. ``diagnostic_authority``: diagnostic receipts never pass;
+3. ``producer_not_independent``: not a Test Engineer, or the candidate
+   author's own session;
+4. ``stale_prior_candidate``: the receipt binds a candidate the history marks
+   as replaced;
+5. ``candidate_mismatch``: receipt or request bind another candidate (fails
+   closed, whatever the reason);
+6. ``stale_pre_repair_evidence``: the evidence digest predates a repair;
+7. ``claim_mismatch`` / ``backend_mismatch`` /
+   ``command_configuration_mismatch`` / ``request_mismatch``: a binding
+   differs from the request being gated;
+8. ``status_error`` / ``status_inconclusive``: never a PASS;
+9. ``status_mismatch``: the status is not the expected result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import attrs
+
+from kernel.identity import is_digest
+from kernel.verification._records import (
+    Candidate,
+    VerificationReceipt,
+    VerificationRequest,
+    receipt_id_of,
+    request_id_of,
+)
+from kernel.verification._vocabulary import Authority, GateReason, Role, Status
+
+__all__ = ["GateDecision", "RepairHistory", "evaluate_gate"]
+
+
+def _digests(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not tuple or not all(is_digest(v) for v in value):
+        raise TypeError(f"{attribute.name} must be a tuple of SHA-256 digests")
+
+
+@final
+@attrs.frozen
+class RepairHistory:
+    """What repairs made stale: replaced candidate digests and pre-repair evidence digests."""
+
+    prior_candidates: tuple[str, ...] = attrs.field(validator=_digests)
+    pre_repair_evidence_digests: tuple[str, ...] = attrs.field(validator=_digests)
+
+
+def _reason(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and type(value) is not GateReason:
+        raise TypeError("reason must be a GateReason or None")
+
+
+@final
+@attrs.frozen
+class GateDecision:
+    """The gate's answer: eligible with no reason, or not eligible with exactly one."""
+
+    gate_eligible: bool
+    reason: GateReason | None = attrs.field(validator=_reason)
+    message: str
+    receipt_id: str
+    request_id: str
+    candidate: str
+
+    def __attrs_post_init__(self) -> None:
+        if type(self.gate_eligible) is not bool:
+            raise TypeError("gate_eligible must be bool")
+        if self.gate_eligible != (self.reason is None):
+            raise ValueError("an eligible decision has no reason; a refused one has one")
+
+
+def _check(
+    receipt: VerificationReceipt,
+    request: VerificationRequest,
+    current: Candidate,
+    history: RepairHistory,
+) -> tuple[GateReason, str] | None:
+    if receipt.receipt_id != receipt_id_of(receipt):
+        return GateReason.RECEIPT_TAMPERED, "receipt_id does not recompute"
+    if request.request_id != request_id_of(request):
+        return GateReason.REQUEST_TAMPERED, "request_id does not recompute"
+    match receipt.authority:
+        case Authority.DIAGNOSTIC:
+            return GateReason.DIAGNOSTIC_AUTHORITY, "a diagnostic receipt never passes a gate"
+        case Authority.ASSURANCE:
+            pass
+    producer = receipt.produced_by
+    if producer.role is not Role.TEST_ENGINEER or producer.session == current.author_session:
+        return (
+            GateReason.PRODUCER_NOT_INDEPENDENT,
+            f"{producer.role.value} in session {producer.session!r} is not an independent "
+            "Test Engineer session",
+        )
+    if receipt.candidate.digest in history.prior_candidates:
+        return (
+            GateReason.STALE_PRIOR_CANDIDATE,
+            f"receipt binds replaced candidate {receipt.candidate.digest}",
+        )
+    if receipt.candidate != current or request.candidate != current:
+        return (
+            GateReason.CANDIDATE_MISMATCH,
+            "receipt or request does not bind the current candidate",
+        )
+    if receipt.evidence_digest in history.pre_repair_evidence_digests:
+        return (
+            GateReason.STALE_PRE_REPAIR_EVIDENCE,
+            f"evidence {receipt.evidence_digest} predates the repair",
+        )
+    if receipt.claim != request.claim:
+        return GateReason.CLAIM_MISMATCH, "receipt binds another claim"
+    if receipt.backend != request.backend:
+        return GateReason.BACKEND_MISMATCH, f"receipt binds backend {receipt.backend!r}"
+    if receipt.command_configuration != request.command_configuration:
+        return (
+            GateReason.COMMAND_CONFIGURATION_MISMATCH,
+            "receipt command/configuration differs from the request's",
+        )
+    if receipt.request_id != request.request_id or receipt.stage is not request.stage:
+        return GateReason.REQUEST_MISMATCH, "receipt was sealed for another request"
+    match receipt.status:
+        case Status.ERROR:
+            return GateReason.STATUS_ERROR, "ERROR never passes a gate"
+        case Status.INCONCLUSIVE:
+            return GateReason.STATUS_INCONCLUSIVE, "INCONCLUSIVE never passes a gate"
+        case Status.VERIFIED | Status.REFUTED:
+            pass
+    if receipt.status is not request.expected_result:
+        return (
+            GateReason.STATUS_MISMATCH,
+            f"status {receipt.status.value} is not the expected {request.expected_result.value}",
+        )
+    return None
+
+
+def evaluate_gate(
+    receipt: VerificationReceipt,
+    request: VerificationRequest,
+    current_candidate: Candidate,
+    history: RepairHistory,
+) -> GateDecision:
+    """Decide whether ``receipt`` passes the assurance gate for ``request``.
+
+    Returns a ``GateDecision``; a refusal carries the first failing
+    ``GateReason`` in the order of this module's docstring. Never raises on
+    bad evidence: everything that is not proven fails closed.
+    """
+    failed = _check(receipt, request, current_candidate, history)
+    if failed is None:
+        reason = None
+        message = (
+            f"independent assurance receipt {receipt.status.value} as expected for "
+            f"claim {request.claim.claim_id}"
+        )
+    else:
+        reason, message = failed
+    return GateDecision(
+        gate_eligible=reason is None,
+        reason=reason,
+        message=message,
+        receipt_id=receipt.receipt_id,
+        request_id=request.request_id,
+        candidate=current_candidate.digest,
+    )
