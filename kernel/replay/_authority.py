@@ -1,0 +1,219 @@
+"""The static authority manifest and the values authorities exchange.
+
+Rules (ADR-0229 §9, §10, §15.1, ARCHITECTURE.md "The replay state machine"):
+
+- The manifest is a frozen value built in code: organ -> contract authority;
+  organ -> proof policy (ordered obligation refs, or an explicit "none
+  applicable" declaration); obligation ref -> proof authority. There is no
+  lookup by name outside these maps, no entry point, no import by string.
+- A contract authority maps the exact candidate ``ProblemFrame`` to a sealed
+  ``ContractAssessment`` of that frame. A proof authority maps a
+  ``ProofContext`` to a sealed ``ProofOutcome`` bound to the same candidate
+  and obligation. Anything else they return or raise is adapter failure,
+  judged by the state machine, never a candidate verdict.
+- Callables never enter an identity: authorities are identified by their
+  static ``authority_id`` and ``authority_version`` strings only (§13.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from enum import Enum
+from types import MappingProxyType
+from typing import final
+
+import attrs
+
+from kernel._values import DIGEST, NAME, TEXT, tuple_of
+from kernel.frames import ProblemFrame, SourceSpan, spans_payload
+from kernel.identity import JsonValue, digest
+from kernel.upstream import ContractAssessment
+
+__all__ = [
+    "AuthorityManifest",
+    "ContractAuthority",
+    "ContractAuthorityFn",
+    "NoProofObligationsApplicable",
+    "ProofAuthority",
+    "ProofAuthorityFn",
+    "ProofContext",
+    "ProofObligations",
+    "ProofOutcome",
+    "ProofPolicy",
+    "ProofStatus",
+    "proof_outcome_id_of",
+    "seal_proof_outcome",
+]
+
+ContractAuthorityFn = Callable[[ProblemFrame], ContractAssessment]
+
+
+class ProofStatus(Enum):
+    """What a proof authority concluded about one obligation."""
+
+    CLOSED = "closed"
+    REFUSED = "refused"
+    UNAVAILABLE = "unavailable"
+
+
+@final
+@attrs.frozen
+class ProofContext:
+    """Everything a proof authority may read: the exact candidate and its contract replay."""
+
+    obligation_ref: str = attrs.field(validator=NAME)
+    candidate_digest: str = attrs.field(validator=DIGEST)
+    candidate_frame: ProblemFrame = attrs.field(
+        validator=attrs.validators.instance_of(ProblemFrame)
+    )
+    contract_replay: ContractAssessment = attrs.field(
+        validator=attrs.validators.instance_of(ContractAssessment)
+    )
+
+
+@final
+@attrs.frozen
+class ProofOutcome:
+    """A proof authority's typed, identity-bearing answer for one obligation."""
+
+    proof_outcome_id: str = attrs.field(validator=DIGEST)
+    obligation_ref: str = attrs.field(validator=NAME)
+    authority_id: str = attrs.field(validator=NAME)
+    authority_version: str = attrs.field(validator=NAME)
+    candidate_digest: str = attrs.field(validator=DIGEST)
+    status: ProofStatus = attrs.field(validator=attrs.validators.instance_of(ProofStatus))
+    reason_codes: tuple[str, ...] = attrs.field(validator=tuple_of(str, names=True))
+    evidence_spans: tuple[SourceSpan, ...] = attrs.field(validator=tuple_of(SourceSpan))
+    explanation: str = attrs.field(default="", validator=TEXT)
+
+    def payload(self) -> dict[str, JsonValue]:
+        return {
+            "proof_outcome_id": "",
+            "obligation_ref": self.obligation_ref,
+            "authority_id": self.authority_id,
+            "authority_version": self.authority_version,
+            "candidate_digest": self.candidate_digest,
+            "status": self.status.value,
+            "reason_codes": list(self.reason_codes),
+            "evidence_spans": spans_payload(self.evidence_spans),
+        }
+
+
+def proof_outcome_id_of(outcome: ProofOutcome) -> str:
+    """Recompute a ProofOutcome's self-sealed id (explanation excluded)."""
+    return digest(outcome.payload())
+
+
+def seal_proof_outcome(
+    *,
+    context: ProofContext,
+    authority_id: str,
+    authority_version: str,
+    status: ProofStatus,
+    reason_codes: tuple[str, ...] = (),
+    evidence_spans: tuple[SourceSpan, ...] = (),
+    explanation: str = "",
+) -> ProofOutcome:
+    """A ProofOutcome for ``context`` with its id computed."""
+    draft = ProofOutcome(
+        proof_outcome_id="0" * 64,
+        obligation_ref=context.obligation_ref,
+        authority_id=authority_id,
+        authority_version=authority_version,
+        candidate_digest=context.candidate_digest,
+        status=status,
+        reason_codes=reason_codes,
+        evidence_spans=evidence_spans,
+        explanation=explanation,
+    )
+    return attrs.evolve(draft, proof_outcome_id=proof_outcome_id_of(draft))
+
+
+ProofAuthorityFn = Callable[[ProofContext], ProofOutcome]
+
+
+@final
+@attrs.frozen
+class ContractAuthority:
+    """The statically allowlisted contract authority of one organ."""
+
+    authority_id: str = attrs.field(validator=NAME)
+    authority_version: str = attrs.field(validator=NAME)
+    assess: ContractAuthorityFn = attrs.field(eq=False)
+
+    @property
+    def target(self) -> str:
+        """The replay target string an input must name: ``id@version``."""
+        return f"{self.authority_id}@{self.authority_version}"
+
+
+@final
+@attrs.frozen
+class ProofAuthority:
+    """The proof authority that discharges one obligation ref."""
+
+    authority_id: str = attrs.field(validator=NAME)
+    authority_version: str = attrs.field(validator=NAME)
+    prove: ProofAuthorityFn = attrs.field(eq=False)
+
+
+@final
+@attrs.frozen
+class ProofObligations:
+    """An organ's ordered, non-empty list of obligation refs."""
+
+    refs: tuple[str, ...] = attrs.field(validator=tuple_of(str, names=True))
+
+    def __attrs_post_init__(self) -> None:
+        if not self.refs:
+            raise ValueError("use NoProofObligationsApplicable to declare an empty policy")
+        if len(set(self.refs)) != len(self.refs):
+            raise ValueError("obligation refs must be unique")
+
+
+@final
+@attrs.frozen
+class NoProofObligationsApplicable:
+    """The explicit, versioned declaration that an organ has no proof obligation (§10)."""
+
+    policy_version: str = attrs.field(validator=NAME)
+
+
+ProofPolicy = ProofObligations | NoProofObligationsApplicable
+
+
+def _frozen_map(value: Mapping[str, object]) -> Mapping[str, object]:
+    return MappingProxyType(dict(value))
+
+
+@final
+@attrs.frozen
+class AuthorityManifest:
+    """organ -> contract authority, organ -> proof policy, obligation -> proof authority."""
+
+    manifest_version: str = attrs.field(validator=NAME)
+    contract_authorities: Mapping[str, ContractAuthority] = attrs.field(
+        converter=_frozen_map, eq=False
+    )
+    proof_policies: Mapping[str, ProofPolicy] = attrs.field(converter=_frozen_map, eq=False)
+    proof_authorities: Mapping[str, ProofAuthority] = attrs.field(converter=_frozen_map, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        # Runtime checks too: a manifest is code, but a wrong value in it must
+        # fail when the manifest is built, not when a candidate is replayed.
+        _check_members(self.contract_authorities, (ContractAuthority,), "contract authority")
+        _check_members(
+            self.proof_policies, (ProofObligations, NoProofObligationsApplicable), "proof policy"
+        )
+        _check_members(self.proof_authorities, (ProofAuthority,), "proof authority")
+        for organ, policy in self.proof_policies.items():
+            if isinstance(policy, ProofObligations):
+                for ref in policy.refs:
+                    if ref not in self.proof_authorities:
+                        raise ValueError(f"organ {organ!r} declares {ref!r} with no authority")
+
+
+def _check_members(mapping: Mapping[str, object], kinds: tuple[type, ...], label: str) -> None:
+    for key, value in mapping.items():
+        if type(key) is not str or not isinstance(value, kinds):
+            raise TypeError(f"{label} for {key!r} is {type(value).__name__}")

@@ -1,0 +1,93 @@
+"""Builders for adapter inputs and requests (the honest way to write them).
+
+``build_replay_input`` seals the §6.2 input for one attempt of a valid chain,
+naming the manifest's allowlisted target and the organ's exact obligations;
+``requests_from_bundle`` pairs a bundle's inputs with its attempts and
+reconstructions in the run's canonical order.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from kernel.frames import frame_digest
+from kernel.replay._authority import AuthorityManifest, ProofObligations
+from kernel.replay._records import (
+    CONTRACT_PROOF_REPLAY_POLICY_VERSION,
+    ReplayAdapterInput,
+    ReplayBundle,
+    ReplayRequest,
+    input_digest_of,
+)
+from kernel.upstream import SCHEMA_VERSIONS, SearchChain
+
+__all__ = ["build_replay_input", "requests_from_bundle"]
+
+
+def build_replay_input(
+    chain: SearchChain, attempt_index: int, manifest: AuthorityManifest
+) -> ReplayAdapterInput:
+    """The sealed input for attempt ``attempt_index`` of ``chain`` under ``manifest``.
+
+    Raises ``KeyError`` when the chain's organ has no contract authority or
+    proof policy in the manifest (a builder misuse, not a replay refusal).
+    """
+    run = chain.run
+    attempt = run.candidate_attempts[attempt_index]
+    organ = chain.assessment.candidate_organ
+    policy = manifest.proof_policies[organ]
+    draft = ReplayAdapterInput(
+        input_digest="0" * 64,
+        replay_policy_version=CONTRACT_PROOF_REPLAY_POLICY_VERSION,
+        run_id=run.run_id,
+        run_policy_version=run.run_policy_version,
+        attempt_id=attempt.attempt_id,
+        attempt_index=attempt_index,
+        candidate_digest=attempt.candidate_digest,
+        candidate_reconstruction_digest=(
+            chain.reconstructions[attempt_index].candidate_reconstruction_digest
+        ),
+        problem_frame_digest=frame_digest(chain.problem_frame),
+        original_contract_assessment_id=chain.assessment.assessment_id,
+        candidate_organ=organ,
+        residual_ids=tuple(r.residual_id for r in chain.residuals),
+        gate_decision_id=chain.gate.gate_decision_id,
+        budget_id=chain.budget.budget_id,
+        operator_set_id=run.run_input.operator_set_id,
+        operator_set_version=run.run_input.operator_set_version,
+        contract_replay_target=manifest.contract_authorities[organ].target,
+        proof_obligation_refs=policy.refs if isinstance(policy, ProofObligations) else (),
+        schema_versions=SCHEMA_VERSIONS,
+    )
+    return attrs.evolve(draft, input_digest=input_digest_of(draft))
+
+
+def requests_from_bundle(bundle: ReplayBundle) -> tuple[ReplayRequest, ...]:
+    """One request per attempt, in the run's order.
+
+    Raises ``ValueError`` unless the bundle holds exactly one input and one
+    reconstruction per attempt.
+    """
+    chain = bundle.chain
+    attempts = chain.run.candidate_attempts
+    if not len(attempts) == len(chain.reconstructions) == len(bundle.inputs):
+        raise ValueError(
+            f"bundle holds {len(attempts)} attempts, {len(chain.reconstructions)} "
+            f"reconstructions and {len(bundle.inputs)} inputs; they must be equal"
+        )
+    return tuple(
+        ReplayRequest(
+            replay_input,
+            chain.problem_frame,
+            chain.assessment,
+            chain.residuals,
+            chain.gate,
+            chain.budget,
+            chain.run,
+            attempt,
+            reconstruction,
+        )
+        for replay_input, attempt, reconstruction in zip(
+            bundle.inputs, attempts, chain.reconstructions, strict=True
+        )
+    )
