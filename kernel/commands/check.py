@@ -1,9 +1,250 @@
-"""`kernel check ...`: the external verifier protocol (seed 003)."""
+"""`kernel check ...`: the external verifier protocol (seed 003).
+
+The command-line shell around ``kernel.external``: it reads the manifest and
+the job, generates a fresh run id unless one is given, passes the minimal
+child environment (``kernel.external.default_environment``), turns SIGINT and
+SIGTERM into cancellation (the running command's process group is killed),
+and prints one canonical JSON document and a newline on stdout.
+
+Exit codes (all subcommands):
+
+- 0: PASS (run, replay) or identity built (identity);
+- 1: BLOCKED, with its reason code in the JSON on stdout;
+- 2: usage error, or input refused at the boundary (unreadable or malformed
+  manifest, job or run record, unknown check, path escaping its root, run
+  directory that already exists); a one-line ``error: <code>: <message>``
+  goes to stderr and nothing to stdout.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, NoReturn
 
 import typer
 
+from kernel.external import (
+    ExternalError,
+    PinMismatchError,
+    RunLimits,
+    RunOutcome,
+    Status,
+    check_identity,
+    default_environment,
+    load_job,
+    load_manifest,
+    replay_run,
+    run_check,
+)
+from kernel.identity import JsonValue, canonical_json
+from kernel.serde import unstructure
+
+_EXIT_CODES = (
+    "Exit codes: 0 PASS / identity built; 1 BLOCKED (reason code in the JSON on "
+    "stdout); 2 usage error or input refused at the boundary (one line "
+    "'error: <code>: <message>' on stderr)."
+)
+
 app = typer.Typer(
     name="check",
-    help="Run, replay and identify pinned external producer/checker pairs (seed 003).",
+    help=(
+        "Run, replay and identify pinned external producer/checker pairs (seed 003).\n\n"
+        + _EXIT_CODES
+    ),
     no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
+
+_REPO_HELP = "Repository root for the specification and inputs (default: the manifest's folder)."
+
+
+def _refuse(code: str, message: str) -> NoReturn:
+    typer.echo(f"error: {code}: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _emit(value: JsonValue) -> None:
+    typer.echo(canonical_json(value).decode("utf-8"))
+
+
+def _emit_outcome(outcome: RunOutcome) -> NoReturn:
+    _emit({"attempt_dir": outcome.attempt_dir, "metadata": unstructure(outcome.metadata)})
+    raise typer.Exit(0 if outcome.status is Status.PASS else 1)
+
+
+def _fresh_id() -> str:
+    return f"r{secrets.token_hex(8)}"
+
+
+@contextmanager
+def _cancel_on_signals() -> Iterator[threading.Event]:
+    cancel = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        cancel.set()
+
+    previous: list[tuple[signal.Signals, signal._HANDLER]] = []
+    try:
+        for signum in (signal.Signals.SIGINT, signal.Signals.SIGTERM):
+            previous.append((signum, signal.signal(signum, handler)))
+    except ValueError:  # not the main thread (e.g. an embedding test runner)
+        pass
+    try:
+        yield cancel
+    finally:
+        for signum, old in previous:
+            signal.signal(signum, old)
+
+
+def _limits(producer_timeout: float, checker_timeout: float) -> RunLimits:
+    try:
+        return RunLimits(producer_timeout, checker_timeout)
+    except ValueError as exc:
+        _refuse("invalid_limits", str(exc))
+
+
+def _guard(action: Callable[[], None]) -> None:
+    try:
+        action()
+    except typer.Exit:
+        raise
+    except ExternalError as exc:
+        _refuse(exc.code, exc.message)
+    except OSError as exc:
+        _refuse("io_error", str(exc))
+    except Exception as exc:  # fail closed, and never a traceback
+        _refuse("internal_error", f"{type(exc).__name__}: {exc}")
+
+
+@app.command("run")
+def run_command(
+    manifest: Annotated[Path, typer.Argument(help="The accepted external manifest (JSON).")],
+    check_id: Annotated[str, typer.Argument(help="The approved check to run.")],
+    job: Annotated[Path, typer.Option("--job", help="The job file (JSON, sealed digest).")],
+    run_root: Annotated[
+        Path, typer.Option("--run-root", help="Folder that receives the fresh run directory.")
+    ],
+    repo: Annotated[Path | None, typer.Option("--repo", help=_REPO_HELP)] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="Run id (default: a fresh random one).")
+    ] = None,
+    producer_timeout: Annotated[
+        float, typer.Option("--producer-timeout", help="Producer deadline in seconds.")
+    ] = 300.0,
+    checker_timeout: Annotated[
+        float, typer.Option("--checker-timeout", help="Checker deadline in seconds.")
+    ] = 300.0,
+) -> None:
+    """Run the producer, then the checker, in RUN_ROOT/<run id>; print its metadata.
+
+    PASS only for an accepting, valid, bound receipt from a checker that exited
+    0; anything else is BLOCKED with a reason code. Exit 0 PASS, 1 BLOCKED,
+    2 usage error or input refused.
+    """
+
+    def action() -> None:
+        limits = _limits(producer_timeout, checker_timeout)
+        root = repo if repo is not None else manifest.resolve().parent
+        entry = load_manifest(manifest, repository_root=root).entry(check_id)
+        job_value = load_job(job)
+        with _cancel_on_signals() as cancel:
+            outcome = run_check(
+                entry,
+                job_value,
+                repository_root=root,
+                manifest_path=manifest,
+                run_root=run_root,
+                run_id=run_id or _fresh_id(),
+                limits=limits,
+                environment=default_environment(),
+                cancel=cancel,
+            )
+        _emit_outcome(outcome)
+
+    _guard(action)
+
+
+@app.command("replay")
+def replay_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by 'check run'.")],
+    manifest: Annotated[
+        Path | None,
+        typer.Option("--manifest", help="Current manifest (default: the one the run recorded)."),
+    ] = None,
+    repo: Annotated[
+        Path | None, typer.Option("--repo", help="Repository root (default: the recorded one).")
+    ] = None,
+    replay_id: Annotated[
+        str | None, typer.Option("--replay-id", help="Replay id (default: a fresh random one).")
+    ] = None,
+    checker_timeout: Annotated[
+        float, typer.Option("--checker-timeout", help="Checker deadline in seconds.")
+    ] = 300.0,
+) -> None:
+    """Re-run only the currently pinned checker on the retained evidence.
+
+    The stored status and receipt are ignored; the result lands in
+    RUN_DIR/replays/<replay id>. Exit 0 PASS, 1 BLOCKED, 2 usage error or
+    input refused.
+    """
+
+    def action() -> None:
+        limits = _limits(checker_timeout, checker_timeout)
+        with _cancel_on_signals() as cancel:
+            outcome = replay_run(
+                run_dir,
+                replay_id=replay_id or _fresh_id(),
+                limits=limits,
+                environment=default_environment(),
+                cancel=cancel,
+                manifest_path=manifest,
+                repository_root=repo,
+            )
+        _emit_outcome(outcome)
+
+    _guard(action)
+
+
+@app.command("identity")
+def identity_command(
+    manifest: Annotated[Path, typer.Argument(help="The accepted external manifest (JSON).")],
+    check_id: Annotated[str, typer.Argument(help="The approved check.")],
+    repo: Annotated[Path | None, typer.Option("--repo", help=_REPO_HELP)] = None,
+) -> None:
+    """Check every pin and print identity(check) with its check digest.
+
+    Exit 0 identity built; 1 BLOCKED (a pin does not hold: reason
+    pin_mismatch); 2 usage error or input refused.
+    """
+
+    def action() -> None:
+        root = repo if repo is not None else manifest.resolve().parent
+        entry = load_manifest(manifest, repository_root=root).entry(check_id)
+        try:
+            built = check_identity(entry)
+        except PinMismatchError as exc:
+            _emit(
+                {
+                    "check_id": check_id,
+                    "status": "BLOCKED",
+                    "reason": exc.code,
+                    "detail": exc.message,
+                }
+            )
+            raise typer.Exit(1) from exc
+        _emit(
+            {
+                "check_id": built.check_id,
+                "check_digest": built.check_digest,
+                "identity": built.identity,
+            }
+        )
+
+    _guard(action)

@@ -1,0 +1,105 @@
+"""The external verifier protocol (seed 003): pinned producer and checker.
+
+The impure edge of the kernel: it reads manifests and jobs, copies files,
+launches processes and writes run directories. It imports ``kernel.identity``
+and ``kernel.serde``; nothing pure imports it.
+
+- ``load_manifest`` / ``load_job`` refuse bad input with typed errors;
+- ``check_identity`` builds identity(check) after checking every pin;
+- ``run_check`` runs producer then checker in a fresh run directory;
+- ``replay_run`` re-runs only the currently pinned checker on retained evidence;
+- both return a ``RunOutcome``: PASS only for an accepting valid receipt,
+  otherwise BLOCKED with a ``Reason``.
+"""
+
+from kernel.external._identity import CheckIdentity, check_identity, identity_object
+from kernel.external._job import Job, job_digest_of, load_job, seal_job
+from kernel.external._manifest import (
+    PLACEHOLDERS,
+    CheckEntry,
+    Claim,
+    Command,
+    Manifest,
+    Pin,
+    load_manifest,
+    parse_manifest,
+)
+from kernel.external._outcome import (
+    FileDigest,
+    ProcessSummary,
+    Reason,
+    RunKind,
+    RunMetadata,
+    RunOutcome,
+    Status,
+    Verdict,
+)
+from kernel.external._process import ProcessResult, ProcessStatus, run_process
+from kernel.external._receipt import (
+    RECEIPT_FIELDS,
+    ReceiptCheck,
+    ReceiptExpectation,
+    validate_receipt,
+)
+from kernel.external._replay import read_run_metadata, replay_run
+from kernel.external._run import (
+    RunLimits,
+    Stage,
+    default_environment,
+    expand_argv,
+    run_check,
+)
+from kernel.external.errors import (
+    ExternalError,
+    JobError,
+    ManifestError,
+    PinMismatchError,
+    RunDirectoryError,
+    RunRecordError,
+)
+
+__all__ = [
+    "CheckEntry",
+    "CheckIdentity",
+    "Claim",
+    "Command",
+    "ExternalError",
+    "FileDigest",
+    "Job",
+    "JobError",
+    "Manifest",
+    "ManifestError",
+    "PLACEHOLDERS",
+    "Pin",
+    "PinMismatchError",
+    "ProcessResult",
+    "ProcessStatus",
+    "ProcessSummary",
+    "RECEIPT_FIELDS",
+    "Reason",
+    "ReceiptCheck",
+    "ReceiptExpectation",
+    "RunDirectoryError",
+    "RunKind",
+    "RunLimits",
+    "RunMetadata",
+    "RunOutcome",
+    "RunRecordError",
+    "Stage",
+    "Status",
+    "Verdict",
+    "check_identity",
+    "default_environment",
+    "expand_argv",
+    "identity_object",
+    "job_digest_of",
+    "load_job",
+    "load_manifest",
+    "parse_manifest",
+    "read_run_metadata",
+    "replay_run",
+    "run_check",
+    "run_process",
+    "seal_job",
+    "validate_receipt",
+]

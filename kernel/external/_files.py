@@ -1,0 +1,124 @@
+"""File helpers of the run directory: atomic writes, strict tree hashing, copies.
+
+Rules:
+
+- metadata and requests are written to a temporary file in the same
+  directory, flushed, fsynced and renamed with ``os.replace``: a reader sees
+  the old file or the new one, never a torn one;
+- hashing a tree never follows a symlink, and reports every entry that is not
+  a plain directory or regular file;
+- a path digest list is ``[[path, sha256], ...]`` sorted by path, and its
+  digest is the canonical digest of that list (seed 003: "digest of sorted
+  evidence path/hash pairs").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+from kernel.external._outcome import FileDigest
+from kernel.identity import JsonValue, canonical_json, digest
+
+__all__ = [
+    "TreeEntry",
+    "list_digest",
+    "read_capped",
+    "sha256_nofollow",
+    "walk_tree",
+    "write_atomic",
+    "write_json_atomic",
+]
+
+_CHUNK: Final = 1024 * 1024
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def write_json_atomic(path: Path, value: JsonValue) -> bytes:
+    """Write canonical JSON (plus a newline) atomically; return the bytes written."""
+    data = canonical_json(value) + b"\n"
+    write_atomic(path, data)
+    return data
+
+
+def sha256_nofollow(path: Path) -> str:
+    """SHA-256 of a regular file, refusing a symlink at the last component."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        hasher = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            hasher.update(chunk)
+        return hasher.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of a regular file (no symlink at the last component)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        chunks: list[bytes] = []
+        remaining = limit + 1
+        while remaining > 0 and (chunk := os.read(fd, min(_CHUNK, remaining))):
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+TreeEntry = tuple[str, str]
+"""(relative POSIX path, kind) with kind one of dir, file, symlink, other."""
+
+
+def walk_tree(root: Path) -> tuple[TreeEntry, ...]:
+    """Every entry under ``root`` (never following symlinks), sorted by path."""
+    entries: list[TreeEntry] = []
+
+    def visit(directory: Path, prefix: str) -> None:
+        with os.scandir(directory) as it:
+            for item in it:
+                relative = f"{prefix}{item.name}"
+                mode = item.stat(follow_symlinks=False).st_mode
+                if stat.S_ISLNK(mode):
+                    entries.append((relative, "symlink"))
+                elif stat.S_ISDIR(mode):
+                    entries.append((relative, "dir"))
+                    visit(Path(item.path), f"{relative}/")
+                elif stat.S_ISREG(mode):
+                    entries.append((relative, "file"))
+                else:
+                    entries.append((relative, "other"))
+
+    visit(root, "")
+    return tuple(sorted(entries))
+
+
+def list_digest(items: Iterable[FileDigest]) -> str:
+    """Canonical digest of the sorted ``[[path, sha256], ...]`` list."""
+    pairs = sorted([item.path, item.sha256] for item in items)
+    return digest(pairs)

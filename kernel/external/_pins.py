@@ -1,0 +1,75 @@
+"""Content pins: the SHA-256 of the bytes a pinned path delivers right now.
+
+Rules (seed 003, "Command identity"):
+
+- a pin is checked by hashing the file at its absolute path, following
+  symlinks (an interpreter is often reached through a venv symlink: what
+  runs is the target's bytes, and those are what the pin covers);
+- the target must be a regular file; a missing, unreadable or non-regular
+  target is a mismatch, never a pass;
+- pins are re-checked, never cached: a cache keyed on mtime would miss an
+  ordinary same-size, same-second replacement.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterable
+from typing import Final, final
+
+import attrs
+
+from kernel.external._manifest import Pin
+from kernel.external.errors import PinMismatchError
+
+__all__ = ["PinFailure", "file_sha256", "first_pin_failure", "verify_pins"]
+
+_CHUNK: Final = 1024 * 1024
+
+
+def file_sha256(path: str) -> str:
+    """SHA-256 of the regular file reached through ``path``; raises ``OSError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        hasher = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            hasher.update(chunk)
+        return hasher.hexdigest()
+    finally:
+        os.close(fd)
+
+
+@final
+@attrs.frozen
+class PinFailure:
+    """One pin that does not hold: expected hash, actual hash (None if unreadable)."""
+
+    path: str
+    expected: str
+    actual: str | None
+    detail: str
+
+
+def first_pin_failure(pins: Iterable[Pin]) -> PinFailure | None:
+    """The first pin whose file does not hash to its declared SHA-256, or None."""
+    for pin in pins:
+        try:
+            actual = file_sha256(pin.path)
+        except OSError as exc:
+            return PinFailure(pin.path, pin.sha256, None, f"{pin.path}: {exc.strerror or exc}")
+        if actual != pin.sha256:
+            return PinFailure(
+                pin.path, pin.sha256, actual, f"{pin.path}: sha256 {actual} != pinned {pin.sha256}"
+            )
+    return None
+
+
+def verify_pins(pins: Iterable[Pin]) -> None:
+    """Raise ``PinMismatchError`` unless every pin holds."""
+    failure = first_pin_failure(pins)
+    if failure is not None:
+        raise PinMismatchError("pin_mismatch", failure.detail)

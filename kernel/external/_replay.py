@@ -1,0 +1,151 @@
+"""replay_run: re-check a retained run with the currently pinned checker only.
+
+Theory of operation (seed 003, "Replay"):
+
+- the retained ``metadata.json`` and ``job.json`` are read back strictly; the
+  stored status, verdict and receipt are never used as a checking result;
+- the *current* manifest entry (re-loaded from the recorded manifest path
+  unless overridden) gives the specification, obligations and identity; the
+  identity is rebuilt, so every pin must hold now;
+- the retained ``evidence/`` must still be exactly the recorded artifacts,
+  byte for byte (``evidence_changed`` otherwise), and the artifact list must
+  still be the one the current entry declares;
+- a fresh attempt directory ``run_dir/replays/<replay_id>`` receives a fresh
+  snapshot of the current inputs and a copy of the retained evidence; the
+  checker runs there with a fresh request naming the replay id as its run id;
+- the new receipt, request and artifact digests are retained in the attempt's
+  own ``metadata.json``. The producer never runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from kernel.external._files import list_digest, read_capped
+from kernel.external._job import Job, load_job
+from kernel.external._manifest import load_manifest
+from kernel.external._outcome import Reason, RunKind, RunMetadata, RunOutcome
+from kernel.external._run import (
+    Progress,
+    RunLimits,
+    Stage,
+    _Block,
+    _Recorder,
+    build_identity,
+    check_job,
+    check_phase,
+    finish,
+    freeze_snapshot,
+    fresh_attempt,
+    hash_evidence,
+)
+from kernel.external.errors import JobError, RunRecordError
+from kernel.serde import SerdeError, loads
+
+__all__ = ["read_run_metadata", "replay_run"]
+
+_MAX_METADATA_BYTES = 4 * 1024 * 1024
+
+
+def read_run_metadata(path: Path) -> RunMetadata:
+    """Read a retained ``metadata.json`` strictly; raises ``RunRecordError``."""
+    try:
+        data = read_capped(path, _MAX_METADATA_BYTES)
+    except OSError as exc:
+        raise RunRecordError("metadata_unreadable", f"{path}: {exc.strerror or exc}") from exc
+    try:
+        return loads(data, RunMetadata, max_bytes=_MAX_METADATA_BYTES)
+    except SerdeError as exc:
+        raise RunRecordError(f"metadata_{exc.code}", f"{exc.path}: {exc.message}") from exc
+
+
+def _read_job(path: Path) -> Job:
+    try:
+        return load_job(path)
+    except JobError as exc:
+        raise RunRecordError(f"retained_{exc.code}", exc.message) from exc
+
+
+def replay_run(
+    run_dir: Path,
+    *,
+    replay_id: str,
+    limits: RunLimits,
+    environment: dict[str, str],
+    cancel: threading.Event | None = None,
+    progress: Progress | None = None,
+    manifest_path: Path | None = None,
+    repository_root: Path | None = None,
+) -> RunOutcome:
+    """Replay the run retained in ``run_dir`` (checker only) in a fresh attempt.
+
+    Raises ``RunRecordError`` if the retained run cannot be read back,
+    ``ManifestError`` if the current manifest or entry is refused, and
+    ``RunDirectoryError`` if the attempt directory cannot be created.
+    """
+    run_dir = Path(os.path.realpath(run_dir))
+    original = read_run_metadata(run_dir / "metadata.json")
+    if original.kind is not RunKind.RUN:
+        raise RunRecordError("not_a_run", f"{run_dir} holds a {original.kind.value}, not a run")
+    job = _read_job(run_dir / "job.json")
+    manifest_file = manifest_path or Path(original.manifest_path)
+    root = repository_root or Path(original.repository_root)
+    entry = load_manifest(manifest_file, repository_root=root).entry(original.check_id)
+    attempt = fresh_attempt(run_dir / "replays", replay_id)
+    rec = _Recorder(
+        kind=RunKind.REPLAY,
+        run_id=replay_id,
+        replay_of=original.run_id,
+        check_id=entry.check_id,
+        manifest_path=os.path.abspath(manifest_file),
+        repository_root=os.path.abspath(root),
+        job_id=job.job_id,
+        job_digest=job.job_digest,
+    )
+
+    def body() -> None:
+        shutil.copyfile(run_dir / "job.json", attempt.root / "job.json", follow_symlinks=False)
+        check_job(job, entry)
+        identity = build_identity(entry, rec, attempt)
+        if progress is not None:
+            progress(Stage.IDENTITY_BUILT)
+        freeze_snapshot(entry, root, rec, attempt)
+        if progress is not None:
+            progress(Stage.SNAPSHOT_READY)
+        if original.evidence_digest is None or not original.artifacts:
+            raise _Block(Reason.EVIDENCE_CHANGED, "the run retained no complete evidence")
+        try:
+            retained = hash_evidence(run_dir / "evidence", entry.evidence_artifacts)
+        except _Block as block:
+            raise _Block(Reason.EVIDENCE_CHANGED, f"retained evidence: {block.detail}") from block
+        if retained != original.artifacts:
+            raise _Block(
+                Reason.EVIDENCE_CHANGED,
+                "retained evidence differs from the digests recorded by the run",
+            )
+        attempt.evidence.mkdir()
+        for item in retained:
+            target = attempt.evidence / item.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(run_dir / "evidence" / item.path, target, follow_symlinks=False)
+        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts)
+        if rec.artifacts != retained:
+            raise _Block(Reason.EVIDENCE_CHANGED, "evidence changed while it was copied")
+        rec.evidence_digest = list_digest(rec.artifacts)
+        check_phase(
+            RunKind.REPLAY,
+            entry,
+            job,
+            identity,
+            rec,
+            attempt,
+            limits=limits,
+            environment=environment,
+            cancel=cancel,
+            progress=progress,
+        )
+
+    return finish(rec, attempt, body)

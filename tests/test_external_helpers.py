@@ -1,0 +1,248 @@
+"""Shared builders for the external-protocol tests (no tests of its own).
+
+Every backend here is a real Python script written into ``tmp_path`` and run
+by ``sys.executable`` through the real process layer. Digests are recomputed
+with ``hashlib`` here, independently of ``kernel.external``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kernel.external import (
+    CheckEntry,
+    Job,
+    Manifest,
+    RunLimits,
+    RunOutcome,
+    default_environment,
+    load_manifest,
+    run_check,
+    seal_job,
+)
+
+__all__ = [
+    "HONEST_CHECKER",
+    "HONEST_PRODUCER",
+    "Scenario",
+    "assert_process_gone",
+    "canonical",
+    "sha256_file",
+]
+
+PYTHON = sys.executable
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file's bytes, following symlinks (as pins do)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def canonical(value: object) -> bytes:
+    """Canonical JSON, recomputed here with the stdlib."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+# The honest producer writes every declared artifact with fixed content.
+HONEST_PRODUCER = """
+import json, os, sys
+request = json.load(open(sys.argv[1]))
+evidence = request["paths"]["evidence"]
+for path in request["evidence_artifacts"]:
+    target = os.path.join(evidence, path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "w") as handle:
+        handle.write("evidence for " + path + "\\n")
+"""
+
+# The honest checker binds its receipt to the request. ``mutate(receipt)``
+# (defined by each test, default identity) forges one field; ``RAW`` (bytes
+# or None) replaces the whole receipt; ``EXIT`` is the exit status.
+HONEST_CHECKER = """
+import json, sys
+request = json.load(open(sys.argv[1]))
+receipt_path = sys.argv[2]
+receipt = {
+    "schema_version": 1,
+    "job_id": request["job_id"],
+    "run_id": request["run_id"],
+    "check_id": request["check_id"],
+    "check_digest": request["check_digest"],
+    "specification_digest": request["specification_digest"],
+    "identity": request["identity"],
+    "evidence_digest": request["evidence_digest"],
+    "verdict": "accepted",
+    "obligations": [
+        {"name": name, "result": "accepted", "evidence": [request["evidence_artifacts"][0]]}
+        for name in request["claim"]["obligations"]
+    ],
+}
+RAW = None
+EXIT = 0
+WRITE = True
+def mutate(receipt):
+    return receipt
+%(custom)s
+receipt = mutate(receipt)
+if WRITE:
+    with open(receipt_path, "wb") as handle:
+        handle.write(RAW if RAW is not None else json.dumps(receipt).encode())
+sys.exit(EXIT)
+"""
+
+
+def _dedent(code: str) -> str:
+    return textwrap.dedent(code).strip("\n") + "\n"
+
+
+class Scenario:
+    """A repository, two scripts and a manifest under ``tmp_path``, pinned by hashlib."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        producer: str = HONEST_PRODUCER,
+        checker_custom: str = "",
+        checker: str | None = None,
+        artifacts: Sequence[str] = ("proof.txt",),
+        obligations: Sequence[str] = ("first", "second"),
+        inputs: Sequence[str] = (),
+        executable: str = PYTHON,
+        checker_deps: Sequence[Path] = (),
+        producer_tools: Sequence[Path] = (),
+    ) -> None:
+        self.tmp = tmp_path
+        self.repo = tmp_path / "repo"
+        self.repo.mkdir()
+        (self.repo / "spec").mkdir()
+        (self.repo / "spec" / "claim.txt").write_text("claim: 1 + 1 = 2\n")
+        for relative in inputs:
+            (self.repo / relative).parent.mkdir(parents=True, exist_ok=True)
+            (self.repo / relative).write_text(f"input {relative}\n")
+        self.scripts = tmp_path / "scripts"
+        self.scripts.mkdir()
+        self.producer_script = self.scripts / "producer.py"
+        self.producer_script.write_text(_dedent(producer))
+        self.checker_script = self.scripts / "checker.py"
+        checker_text = (
+            checker
+            if checker is not None
+            else HONEST_CHECKER % {"custom": _dedent(checker_custom) if checker_custom else ""}
+        )
+        self.checker_script.write_text(_dedent(checker_text))
+        self.executable = executable
+        self.artifacts = tuple(artifacts)
+        self.obligations = tuple(obligations)
+        self.inputs = tuple(inputs)
+        self.checker_deps = tuple(checker_deps)
+        self.producer_tools = tuple(producer_tools)
+        self.manifest_path = tmp_path / "manifest.json"
+        self.write_manifest()
+        self.job = seal_job("job-1", "demo", "a test job")
+        self.run_root = tmp_path / "runs"
+
+    def pin(self, path: Path | str) -> dict[str, str]:
+        return {"path": str(path), "sha256": sha256_file(Path(path))}
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "schema_version": 1,
+            "checks": [
+                {
+                    "check_id": "demo",
+                    "claim": {
+                        "specification": "spec/claim.txt",
+                        "obligations": list(self.obligations),
+                        "assumptions": ["arithmetic on small naturals"],
+                        "model_scope": "one equation",
+                    },
+                    "assurance": "independent-checker",
+                    "inputs": list(self.inputs),
+                    "evidence_artifacts": list(self.artifacts),
+                    "producer": {
+                        "argv": ["{{python}}", str(self.producer_script), "{{request}}"],
+                        "executable": self.pin(self.executable),
+                        "dependencies": [self.pin(self.producer_script)],
+                        "trusted_tool_dependencies": [self.pin(p) for p in self.producer_tools],
+                    },
+                    "checker": {
+                        "argv": [
+                            "{{python}}",
+                            str(self.checker_script),
+                            "{{request}}",
+                            "{{receipt}}",
+                        ],
+                        "executable": self.pin(self.executable),
+                        "dependencies": [self.pin(self.checker_script)]
+                        + [self.pin(p) for p in self.checker_deps],
+                        "trusted_tool_dependencies": [],
+                    },
+                }
+            ],
+        }
+
+    def write_manifest(self, document: dict[str, Any] | None = None) -> None:
+        self.manifest_path.write_text(json.dumps(document or self.document(), indent=1))
+
+    def manifest(self) -> Manifest:
+        return load_manifest(self.manifest_path, repository_root=self.repo)
+
+    def entry(self) -> CheckEntry:
+        return self.manifest().entry("demo")
+
+    def run(
+        self,
+        run_id: str = "run-1",
+        *,
+        job: Job | None = None,
+        entry: CheckEntry | None = None,
+        producer_timeout: float = 30.0,
+        checker_timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> RunOutcome:
+        return run_check(
+            entry or self.entry(),
+            job or self.job,
+            repository_root=self.repo,
+            manifest_path=self.manifest_path,
+            run_root=self.run_root,
+            run_id=run_id,
+            limits=RunLimits(producer_timeout, checker_timeout),
+            environment=default_environment(),
+            **kwargs,
+        )
+
+
+def _state(pid: int) -> str | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    for line in status.splitlines():
+        if line.startswith("State:"):
+            return line.split()[1]
+    return "?"
+
+
+def assert_process_gone(pid: int, *, within: float = 5.0) -> None:
+    """The process no longer runs: absent, or a zombie awaiting a reaper (dead)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        if _state(pid) in (None, "Z", "X"):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} is still running (state {_state(pid)})")
+        time.sleep(0.05)
