@@ -209,3 +209,63 @@ def reconstruction_digest(c: CandidateReconstruction) -> str:
             "operator_version": c.operator_version,
         }
     )
+
+
+def replay_input_digest(i: Any) -> str:
+    """ADR-0229 §13.2, from the documented field list."""
+    fields = [
+        "replay_policy_version", "run_id", "run_policy_version", "attempt_id", "attempt_index",
+        "candidate_digest", "candidate_reconstruction_digest", "problem_frame_digest",
+        "original_contract_assessment_id", "candidate_organ", "gate_decision_id", "budget_id",
+        "operator_set_id", "operator_set_version", "contract_replay_target",
+    ]
+    payload: dict[str, Any] = {name: getattr(i, name) for name in fields}
+    payload["residual_ids"] = list(i.residual_ids)
+    payload["proof_obligation_refs"] = list(i.proof_obligation_refs)
+    payload["schema_versions"] = [[n, v] for n, v in i.schema_versions]
+    return sha(payload)
+
+
+def result_id(r: Any) -> str:
+    """ADR-0229 §13.3 result id: structural fields, id blanked, no explanation."""
+    return sha({
+        "replay_result_id": "",
+        "replay_policy_version": r.replay_policy_version,
+        "input_digest": r.input_digest,
+        "run_id": r.run_id,
+        "attempt_id": r.attempt_id,
+        "candidate_digest": r.candidate_digest,
+        "contract_replay_assessment_id": r.contract_replay_assessment_id,
+        "proof_obligation_refs": list(r.proof_obligation_refs),
+        "proof_replay_refs": list(r.proof_replay_refs),
+        "replay_disposition": r.replay_disposition.value,
+        "reason_codes": list(r.reason_codes),
+        "evidence_spans": spans(r.evidence_spans),
+    })
+
+
+def refusal_id(r: Any) -> str:
+    """ADR-0229 §13.3 refusal id."""
+    return sha({
+        "replay_refusal_id": "",
+        "replay_policy_version": r.replay_policy_version,
+        "input_digest": r.input_digest,
+        "run_id": r.run_id,
+        "attempt_id": r.attempt_id,
+        "candidate_digest": r.candidate_digest,
+        "replay_disposition": r.replay_disposition.value,
+        "reason_codes": list(r.reason_codes),
+    })
+
+
+def proof_outcome_id(o: Any) -> str:
+    return sha({
+        "proof_outcome_id": "",
+        "obligation_ref": o.obligation_ref,
+        "authority_id": o.authority_id,
+        "authority_version": o.authority_version,
+        "candidate_digest": o.candidate_digest,
+        "status": o.status.value,
+        "reason_codes": list(o.reason_codes),
+        "evidence_spans": spans(o.evidence_spans),
+    })
