@@ -228,8 +228,8 @@ def _check_producer(request: VerificationRequest, producer: Producer) -> Rejecti
     if produced is not request.authority:
         return _reject(
             RejectionCode.AUTHORITY_PRODUCER_MISMATCH,
-            f"the plan carries {request.authority.value} authority but a "
-            f"{producer.role.value} run is {produced.value}",
+            f"the plan carries {request.authority.value} authority but a run by "
+            f"{producer.role.value} is {produced.value}",
         )
     match request.authority:
         case Authority.ASSURANCE:
