@@ -33,8 +33,10 @@ __all__ = [
     "HONEST_CHECKER",
     "HONEST_PRODUCER",
     "Scenario",
+    "assert_no_leftover",
     "assert_process_gone",
     "canonical",
+    "processes_mentioning",
     "sha256_file",
 ]
 
@@ -246,3 +248,26 @@ def assert_process_gone(pid: int, *, within: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"process {pid} is still running (state {_state(pid)})")
         time.sleep(0.05)
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose command line contains ``marker``."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and _state(int(entry.name)) not in (None, "Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def assert_no_leftover(tmp_path: Path) -> None:
+    """No process started for this test (they all mention tmp_path) is still alive."""
+    deadline = time.monotonic() + 5.0
+    while (alive := processes_mentioning(str(tmp_path))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive, f"processes left behind: {alive}"

@@ -1,0 +1,169 @@
+"""Deadlines, cancellation and process-group killing, with real grandchildren."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernel.external import (
+    ProcessStatus,
+    Reason,
+    Status,
+    default_environment,
+    run_process,
+)
+from tests.test_external_helpers import (
+    HONEST_PRODUCER,
+    PYTHON,
+    Scenario,
+    assert_no_leftover,
+    assert_process_gone,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    yield
+    assert_no_leftover(tmp_path)
+
+
+def _spawner(tmp_path: Path, then: str) -> str:
+    """Script code that starts a grandchild, records both pids, then runs ``then``."""
+    pids = tmp_path / "pids.json"
+    return (
+        "import json, os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', "
+        f"{str(tmp_path)!r}])\n"
+        f"open({str(pids)!r}, 'w').write(json.dumps([os.getpid(), child.pid]))\n"
+        f"{then}\n"
+    )
+
+
+def _pids(tmp_path: Path) -> list[int]:
+    value = json.loads((tmp_path / "pids.json").read_text())
+    assert isinstance(value, list)
+    return [int(pid) for pid in value]
+
+
+def test_producer_past_its_deadline_is_killed_with_its_grandchild(tmp_path: Path) -> None:
+    producer = _spawner(tmp_path, "time.sleep(120)")
+    scenario = Scenario(tmp_path, producer=producer)
+    started = time.monotonic()
+    outcome = scenario.run(producer_timeout=1.0)
+    assert time.monotonic() - started < 20
+    assert outcome.status is Status.BLOCKED and outcome.reason is Reason.PRODUCER_TIMEOUT
+    assert outcome.metadata.producer is not None
+    assert outcome.metadata.producer.status.value == "timed_out"
+    assert outcome.metadata.checker is None
+    producer_pid, grandchild = _pids(tmp_path)
+    assert_process_gone(producer_pid)
+    assert_process_gone(grandchild)
+
+
+def test_checker_past_its_deadline_is_never_read_as_a_result(tmp_path: Path) -> None:
+    # The checker writes a perfectly valid accepting receipt, then overstays.
+    checker_custom = (
+        "with open(receipt_path, 'w') as h:\n"
+        "    h.write(json.dumps(receipt))\n"
+        "WRITE = False\n" + _spawner(tmp_path, "time.sleep(120)")
+    )
+    scenario = Scenario(tmp_path, checker_custom=checker_custom)
+    outcome = scenario.run(checker_timeout=1.5)
+    assert outcome.reason is Reason.CHECKER_TIMEOUT
+    assert outcome.metadata.verdict is None and outcome.metadata.receipt_sha256 is None
+    assert Path(outcome.attempt_dir, "checker", "receipt.json").exists()
+    for pid in _pids(tmp_path):
+        assert_process_gone(pid)
+
+
+def test_grandchild_left_running_after_a_normal_exit_is_stopped(tmp_path: Path) -> None:
+    producer = HONEST_PRODUCER + _spawner(tmp_path, "sys.exit(0)")
+    outcome = Scenario(tmp_path, producer=producer).run()
+    assert outcome.status is Status.PASS
+    assert_process_gone(_pids(tmp_path)[1])
+
+
+def test_cancellation_kills_the_running_group(tmp_path: Path) -> None:
+    producer = _spawner(tmp_path, "time.sleep(120)")
+    scenario = Scenario(tmp_path, producer=producer)
+    cancel = threading.Event()
+    pids = tmp_path / "pids.json"
+
+    def cancel_once_started() -> None:
+        deadline = time.monotonic() + 20
+        while not pids.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cancel.set()
+
+    helper = threading.Thread(target=cancel_once_started)
+    helper.start()
+    outcome = scenario.run(producer_timeout=60.0, cancel=cancel)
+    helper.join()
+    assert outcome.reason is Reason.CANCELLED
+    for pid in _pids(tmp_path):
+        assert_process_gone(pid)
+
+
+def test_cancel_already_set_never_lets_a_command_run_long(tmp_path: Path) -> None:
+    cancel = threading.Event()
+    cancel.set()
+    started = time.monotonic()
+    result = run_process(
+        [PYTHON, "-c", "import time; time.sleep(60)", str(tmp_path)],
+        cwd=tmp_path,
+        env=default_environment(),
+        timeout_seconds=60,
+        cancel=cancel,
+        stdout_limit=10,
+        stderr_limit=10,
+    )
+    assert result.status is ProcessStatus.CANCELLED and result.returncode is None
+    assert time.monotonic() - started < 10
+
+
+def test_run_process_caps_output_and_reports_exit_status(tmp_path: Path) -> None:
+    code = "import sys; sys.stdout.write('a' * 100000); sys.stderr.write('b' * 10); sys.exit(4)"
+    result = run_process(
+        [PYTHON, "-c", code, str(tmp_path)],
+        cwd=tmp_path,
+        env=default_environment(),
+        timeout_seconds=30,
+        cancel=None,
+        stdout_limit=1000,
+        stderr_limit=1000,
+    )
+    assert result.status is ProcessStatus.EXITED and result.returncode == 4
+    assert result.stdout == b"a" * 1000 and result.stdout_truncated
+    assert result.stderr == b"b" * 10 and not result.stderr_truncated
+
+
+def test_run_process_reports_a_launch_failure(tmp_path: Path) -> None:
+    result = run_process(
+        [str(tmp_path / "missing-program")],
+        cwd=tmp_path,
+        env={},
+        timeout_seconds=5,
+        cancel=None,
+        stdout_limit=10,
+        stderr_limit=10,
+    )
+    assert result.status is ProcessStatus.LAUNCH_FAILED
+
+
+def test_run_process_passes_exactly_the_given_environment(tmp_path: Path) -> None:
+    result = run_process(
+        [PYTHON, "-c", "import json, os; print(json.dumps(sorted(os.environ)))", str(tmp_path)],
+        cwd=tmp_path,
+        env={"ONLY": "this"},
+        timeout_seconds=30,
+        cancel=None,
+        stdout_limit=1000,
+        stderr_limit=1000,
+    )
+    # the interpreter may add LC_CTYPE on its own; nothing from our environment leaks
+    assert set(json.loads(result.stdout)) <= {"ONLY", "LC_CTYPE"}
