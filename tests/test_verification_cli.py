@@ -310,3 +310,21 @@ def test_shipped_examples_match_what_the_cli_prints(tmp_path: Path) -> None:
         "te-session-07",
     )
     assert receipt.stdout.encode("utf-8") == (EXAMPLES / "receipt.json").read_bytes()
+    derived = run(
+        "seal",
+        EXAMPLES / "plan.json",
+        EXAMPLES / "output-derived.json",
+        "--produced-by",
+        "test_engineer",
+        "--session",
+        "te-session-07",
+    )
+    assert derived.stdout.encode("utf-8") == (EXAMPLES / "receipt-derived.json").read_bytes()
+
+
+def test_docs_show_every_subcommand_with_its_real_output() -> None:
+    docs = (EXAMPLES.parents[1] / "docs" / "verify.md").read_text(encoding="utf-8")
+    for sub in ("plan", "seal", "gate"):
+        assert f"$ kernel verify {sub} " in docs
+    for name in ("plan.json", "receipt.json", "receipt-derived.json"):
+        assert (EXAMPLES / name).read_text(encoding="utf-8").strip() in docs

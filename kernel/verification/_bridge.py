@@ -17,8 +17,8 @@ Planning checks, in order (first failure wins):
 4. ``expected_result_invalid``: only VERIFIED or REFUTED can be expected;
 5. ``backend_is_a_role``: the backend identifier spells a role;
 6. ``backend_unknown``: not in the static catalog (no generic stand-in);
-7. ``generative_backend_operation_denied``: the operation proposes claims;
-8. ``backend_operation_unsupported``: the operation is not catalogued;
+7. ``backend_operation_unsupported``: the operation is not catalogued;
+8. ``generative_backend_operation_denied``: the operation proposes claims;
 9. ``reverify_claim_not_applicable``: Reverify on a non-binary claim.
 
 Sealing checks, in order:
