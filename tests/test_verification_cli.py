@@ -328,3 +328,22 @@ def test_docs_show_every_subcommand_with_its_real_output() -> None:
         assert f"$ kernel verify {sub} " in docs
     for name in ("plan.json", "receipt.json", "receipt-derived.json"):
         assert (EXAMPLES / name).read_text(encoding="utf-8").strip() in docs
+
+
+def test_record_invariants_are_refused_at_the_boundary_with_their_reason(tmp_path: Path) -> None:
+    doc = json.loads((EXAMPLES / "receipt.json").read_bytes())
+    doc["evidence_tier"] = "derived"  # VERIFIED from derived evidence cannot be built
+    receipt = write(tmp_path, "receipt.json", doc)
+    result = run(
+        "gate",
+        EXAMPLES / "plan.json",
+        receipt,
+        "--candidate",
+        EXAMPLE_CANDIDATE,
+        "--author-session",
+        EXAMPLE_AUTHOR,
+    )
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: schema_mismatch: ")
+    assert "contradicts verdict" in result.stderr
+    assert result.stderr.count("\n") == 1

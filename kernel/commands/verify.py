@@ -72,12 +72,23 @@ def _read_json(path: str) -> JsonValue:
         _refuse(exc.code, f"{path}: {exc.path}: {exc.message}")
 
 
+def _invariant(exc: BaseException) -> str:
+    # cattrs reports a record validator's own error as "invalid value"; the
+    # validator's message is the useful part, so surface the innermost one.
+    cause: BaseException | None = exc.__cause__
+    while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        cause = cause.exceptions[0]
+    if cause is exc.__cause__ or not isinstance(cause, ValueError | TypeError):
+        return ""
+    return f" ({cause})"
+
+
 def _read(path: str, cls: type[T]) -> T:
     value = _read_json(path)
     try:
         return structure(value, cls)
     except SerdeError as exc:
-        _refuse(exc.code, f"{path}: {exc.path}: {exc.message}")
+        _refuse(exc.code, f"{path}: {exc.path}: {exc.message}{_invariant(exc)}")
 
 
 def _emit(value: object, ok: bool) -> NoReturn:
