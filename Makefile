@@ -41,3 +41,19 @@ bench: $(STAMP)  ## benchmarks, ratios measured side by side (see BENCHMARKS.md)
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+
+# External verifier protocol examples (seed 003): real producer/checker pairs.
+# The manifest pins absolute paths and hashes of this machine, so it is
+# generated into build/external; runs land in runs/external (both ignored).
+EXTERNAL_RUNS := runs/external
+.PHONY: examples-external
+examples-external: $(STAMP)  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -> RUP/RAT) examples
+	$(BIN)/python examples/external/make_manifest.py build/external
+	$(BIN)/kernel check identity build/external/manifest.json sat-php --repo examples/external > /dev/null
+	$(BIN)/kernel check run build/external/manifest.json smt-abs --repo examples/external \
+	  --job examples/external/jobs/smt-abs.json --run-root $(EXTERNAL_RUNS)
+	$(BIN)/kernel check run build/external/manifest.json sat-php --repo examples/external \
+	  --job examples/external/jobs/sat-php.json --run-root $(EXTERNAL_RUNS)
+	$(BIN)/kernel check run build/external/manifest.json smt-abs-false --repo examples/external \
+	  --job examples/external/jobs/smt-abs-false.json --run-root $(EXTERNAL_RUNS); \
+	  test $$? -eq 1  # a false claim is BLOCKED (exit 1), never PASS
