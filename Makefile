@@ -31,7 +31,10 @@ test: lint typecheck unit  ## everything CI runs
 
 demo: $(STAMP)  ## the reference scenario, end to end
 	$(BIN)/python examples/build_example_chain.py --check
-	$(BIN)/kernel digest examples/chain.json
+	$(BIN)/kernel digest examples/replay/chain.json
+	mkdir -p out
+	$(BIN)/kernel replay examples/replay/bundle.json --out out/outcomes.jsonl
+	@echo "outcomes (JSON Lines, run order): out/outcomes.jsonl"
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep")
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider

@@ -1,14 +1,110 @@
-"""`kernel digest FILE`: load a record chain strictly and print each identity."""
+"""`kernel digest FILE`: load a chain or bundle strictly and print every identity.
+
+Each line names a record, its stored id and the id recomputed from its
+content, and says ``ok`` or ``MISMATCH``. Nothing is trusted: the point is
+that anyone can recompute what the kernel will check.
+
+Exit codes: 0 every stored id reproduces; 1 at least one does not; 2 the file
+was refused at the boundary (unreadable, malformed, non-canonical JSON, wrong
+schema).
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from kernel.commands._io import read_document, refuse
+from kernel.frames import delta_digest, frame_digest
+from kernel.replay import ReplayBundle, input_digest_of
+from kernel.serde import SerdeError, parse_json
+from kernel.upstream import (
+    SearchChain,
+    assessment_id_of,
+    attempt_id_of,
+    budget_id_of,
+    candidate_digest_of,
+    gate_decision_id_of,
+    reconstruction_digest_of,
+    residual_id_of,
+    run_id_of,
+    run_input_digest,
+)
+
+Row = tuple[str, str | None, str]
+
+
+def chain_rows(chain: SearchChain, prefix: str = "") -> Iterator[Row]:
+    """(record, stored id, recomputed id) for every identity in ``chain``."""
+    yield f"{prefix}problem_frame", None, frame_digest(chain.problem_frame)
+    yield f"{prefix}assessment", chain.assessment.assessment_id, assessment_id_of(chain.assessment)
+    for i, residual in enumerate(chain.residuals):
+        yield f"{prefix}residuals[{i}]", residual.residual_id, residual_id_of(residual)
+    yield f"{prefix}gate", chain.gate.gate_decision_id, gate_decision_id_of(chain.gate)
+    yield f"{prefix}budget", chain.budget.budget_id, budget_id_of(chain.budget)
+    run = chain.run
+    yield f"{prefix}run.input_digest", run.input_digest, run_input_digest(run.run_input)
+    yield f"{prefix}run", run.run_id, run_id_of(run)
+    for i, attempt in enumerate(run.candidate_attempts):
+        yield f"{prefix}run.candidate_attempts[{i}]", attempt.attempt_id, attempt_id_of(attempt)
+    for i, rec in enumerate(chain.reconstructions):
+        where = f"{prefix}reconstructions[{i}]"
+        if rec.candidate_problem_frame is not None:
+            yield (f"{where}.candidate_problem_frame", rec.candidate_problem_frame_digest,
+                   frame_digest(rec.candidate_problem_frame))
+        if rec.frame_delta is not None:
+            yield f"{where}.frame_delta", rec.frame_delta_digest, delta_digest(rec.frame_delta)
+        yield f"{where}.candidate_digest", rec.candidate_digest, candidate_digest_of(rec)
+        yield where, rec.candidate_reconstruction_digest, reconstruction_digest_of(rec)
 
 
 def register(app: typer.Typer) -> None:
     """Attach the ``digest`` command to ``app``."""
 
     @app.command("digest")
-    def digest_command(path: str) -> None:
-        """Placeholder until the record chain lands."""
-        raise typer.Exit(2)
+    def digest_command(
+        path: Annotated[Path, typer.Argument(help="A search chain or replay bundle (JSON).")],
+        as_json: Annotated[
+            bool, typer.Option("--json", help="One canonical JSON object per record.")
+        ] = False,
+    ) -> None:
+        """Recompute and print the identity of every record in a chain or bundle.
+
+        Exit codes: 0 every stored id reproduces; 1 some id does not; 2 the file
+        was refused at the boundary.
+        """
+        rows = list(_rows_for(path))
+        mismatches = 0
+        for name, stored, recomputed in rows:
+            ok = stored is None or stored == recomputed
+            mismatches += not ok
+            if as_json:
+                typer.echo(json.dumps(
+                    {"record": name, "stored": stored, "recomputed": recomputed, "ok": ok},
+                    sort_keys=True, separators=(",", ":")))
+            else:
+                typer.echo(f"{'ok' if ok else 'MISMATCH':8} {recomputed}  {name}")
+        if mismatches:
+            typer.echo(f"{mismatches} of {len(rows)} identities do not reproduce", err=True)
+            raise typer.Exit(1)
+
+
+def _rows_for(path: Path) -> Iterator[Row]:
+    # A bundle is a chain plus inputs; tell them apart by their top-level keys.
+    try:
+        head = parse_json(path.read_bytes())
+    except OSError as exc:
+        refuse("unreadable_file", f"{path}: {exc.strerror or exc}")
+    except SerdeError as exc:
+        refuse(exc.code, f"{path}: {exc.message}")
+    if isinstance(head, dict) and set(head) == {"chain", "inputs"}:
+        bundle = read_document(path, ReplayBundle)
+        yield from chain_rows(bundle.chain, "chain.")
+        for i, replay_input in enumerate(bundle.inputs):
+            yield f"inputs[{i}]", replay_input.input_digest, input_digest_of(replay_input)
+    else:
+        yield from chain_rows(read_document(path, SearchChain))

@@ -1,0 +1,49 @@
+"""Boundary helpers shared by the replay-side commands: read strictly, refuse in one line."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import typer
+
+from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, loads
+
+T = TypeVar("T")
+
+
+def refuse(code: str, message: str) -> NoReturn:
+    """Print ``error: <code>: <message>`` on stderr and exit 2 (input refused)."""
+    typer.echo(f"error: {code}: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def read_document(path: Path, cls: type[T]) -> T:
+    """Load ``path`` strictly as ``cls``; every failure is a one-line refusal (exit 2)."""
+    try:
+        if path.stat().st_size > MAX_DOCUMENT_BYTES:
+            refuse("document_too_large", f"{path}: more than {MAX_DOCUMENT_BYTES} bytes")
+        data = path.read_bytes()
+    except OSError as exc:
+        refuse("unreadable_file", f"{path}: {exc.strerror or exc}")
+    try:
+        return loads(data, cls)
+    except SerdeError as exc:
+        refuse(exc.code, f"{path}: {exc.message}")
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a reader never sees a partial file."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
