@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test lint typecheck unit demo fuzz bench clean
+.PHONY: help venv test lint typecheck unit demo fuzz clean
 
 help:  ## list targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)  ## create .venv and install the package with its extras
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check kernel tests examples bench
+	$(BIN)/ruff check kernel tests examples
 
 typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
 	$(BIN)/mypy --strict kernel tests
@@ -38,9 +38,6 @@ demo: $(STAMP)  ## the reference scenario, end to end
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep")
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider
-
-bench: $(STAMP)  ## benchmarks, ratios measured side by side (see BENCHMARKS.md)
-	$(BIN)/python -m bench
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
