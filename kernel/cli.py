@@ -34,3 +34,7 @@ app.add_typer(check.app)
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

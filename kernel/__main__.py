@@ -1,0 +1,5 @@
+"""``python -m kernel`` is the ``kernel`` command."""
+
+from kernel.cli import main
+
+main()
