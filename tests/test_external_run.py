@@ -258,6 +258,29 @@ def test_a_symlinked_parent_directory_escaping_evidence_is_refused(tmp_path: Pat
     assert scenario.run().reason is Reason.ARTIFACT_SYMLINK
 
 
+def test_evidence_directory_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "proof.txt").write_text("x")
+    body = f"os.rmdir(E)\nos.symlink({str(outside)!r}, E)\n"
+    scenario = Scenario(tmp_path, producer=_WRITE + body)
+    assert scenario.run().reason is Reason.ARTIFACT_SYMLINK
+
+
+def test_snapshot_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    body = (
+        "import shutil\n"
+        "S = request['paths']['snapshot']\n"
+        f"shutil.copytree(S, {str(copy)!r})\n"
+        "shutil.rmtree(S)\n"
+        f"os.symlink({str(copy)!r}, S)\n"
+        "open(os.path.join(E, 'proof.txt'), 'w').write('x')\n"
+    )
+    scenario = Scenario(tmp_path, producer=_WRITE + body)
+    assert scenario.run().reason is Reason.SNAPSHOT_CHANGED
+
+
 def test_producer_receipt_is_ignored(tmp_path: Path) -> None:
     # The producer forges an accepting receipt at its own {{receipt}} path;
     # the checker then writes nothing: the run must not pass.

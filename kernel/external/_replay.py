@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from kernel.external._files import list_digest, read_capped
@@ -74,7 +75,7 @@ def replay_run(
     *,
     replay_id: str,
     limits: RunLimits,
-    environment: dict[str, str],
+    environment: Mapping[str, str],
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
     manifest_path: Path | None = None,

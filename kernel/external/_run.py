@@ -314,6 +314,8 @@ def verify_snapshot(
     attempt: _Attempt, inputs: tuple[FileDigest, ...], reason: Reason, when: str
 ) -> None:
     """The snapshot holds exactly the declared inputs, byte for byte."""
+    if not _is_real_directory(attempt.snapshot):
+        raise _Block(reason, f"{when}: snapshot/ is no longer a plain directory")
     expected = {d.path: d.sha256 for d in inputs}
     parents = {"/".join(p.split("/")[:i]) for p in expected for i in range(1, p.count("/") + 1)}
     for relative, kind in walk_tree(attempt.snapshot):
@@ -329,8 +331,17 @@ def verify_snapshot(
         raise _Block(reason, f"{when}: {missing[0]!r} is missing from snapshot/")
 
 
+def _is_real_directory(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
 def hash_evidence(evidence: Path, declared: tuple[str, ...]) -> tuple[FileDigest, ...]:
     """Seed 003 step 3: hash exactly the declared artifacts; the list is exact."""
+    if not _is_real_directory(evidence):
+        raise _Block(Reason.ARTIFACT_SYMLINK, "evidence/ is no longer a plain directory")
     digests: list[FileDigest] = []
     for relative in declared:
         current = evidence
