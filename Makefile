@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: help venv test lint typecheck unit demo fuzz clean
 
 help:  ## list targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -7,6 +7,7 @@ the first failing check. Identities are recomputed by tests/reference.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -18,6 +19,7 @@ from kernel.replay import (
     ContractClosed,
     NoProofObligationsApplicable,
     ProofContext,
+    ProofEvidence,
     ProofObligations,
     ProofOutcome,
     ProofsReplayed,
@@ -740,3 +742,52 @@ def test_the_fixture_organ_is_what_the_tests_assume() -> None:
     assert TOY == "toy"
     assert not toy_assessment(ORIGINAL).runnable
     assert toy_assessment(CLOSING).runnable
+
+
+# --- evidence gathered outside the pure core ----------------------------------------------
+
+
+def _seen_by(log: CallLog) -> Callable[[ProofContext], ProofOutcome]:
+    def prove(context: ProofContext) -> ProofOutcome:
+        log.calls.append("proof:toy.p1:" + ",".join(e.document.decode() for e in context.evidence))
+        return seal_proof_outcome(context=context, authority_id="toy.p1", authority_version="v1",
+                                  status=ProofStatus.CLOSED)
+
+    return prove
+
+
+def test_evidence_reaches_only_its_own_obligation_in_order() -> None:
+    log = CallLog()
+    evidence = (ProofEvidence("toy.p1", "text/plain", b"a"),
+                ProofEvidence("toy.p2", "text/plain", b"x"),
+                ProofEvidence("toy.p1", "text/plain", b"b"))
+    manifest = toy_manifest(log, proofs={"toy.p1": _seen_by(log)})
+    outcome = replay_attempt(valid_request(), manifest, evidence)
+    check_result(outcome, D.CONTRACT_AND_PROOF_CLOSED)
+    assert "proof:toy.p1:a,b" in log.calls
+
+
+@pytest.mark.parametrize(
+    ("evidence", "code"),
+    [
+        (("not evidence",), RC.PROOF_EVIDENCE_MALFORMED),
+        ("abc", RC.PROOF_EVIDENCE_MALFORMED),
+        ((ProofEvidence("toy.p9", "text/plain", b"x"),), RC.PROOF_EVIDENCE_UNEXPECTED),
+    ],
+    ids=["wrong-item-type", "not-a-sequence", "undeclared-obligation"],
+)
+def test_malformed_or_stray_evidence_is_proof_replay_unavailable(evidence: Any,
+                                                                 code: ReasonCode) -> None:
+    log = CallLog()
+    outcome = replay_attempt(valid_request(), toy_manifest(log), evidence)
+    check_refusal(outcome, D.PROOF_REPLAY_UNAVAILABLE, code, identities=True)
+    assert log.proof_calls() == []
+
+
+def test_evidence_is_never_consulted_after_contract_refusal() -> None:
+    log = CallLog()
+    stray = (ProofEvidence("toy.p9", "text/plain", b"x"),)
+    result = check_result(replay_attempt(valid_request(CONTRACT_REFUSING), toy_manifest(log),
+                                         stray), D.CONTRACT_REFUSED)
+    assert result.proof_replay_refs == ()
+    assert log.proof_calls() == []

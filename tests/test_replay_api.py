@@ -25,6 +25,7 @@ def test_public_api_exports_are_exact() -> None:
     assert api.__all__ == [
         "CONTRACT_PROOF_REPLAY_POLICY_VERSION", "AuthorityManifest", "ContractAuthority",
         "ContractClosed", "NoProofObligationsApplicable", "ProofAuthority", "ProofContext",
+        "ProofEvidence",
         "ProofObligations", "ProofOutcome", "ProofStatus", "ProofsReplayed", "ReasonCode",
         "ReplayAdapterInput", "ReplayAdapterOutcome", "ReplayAdapterRefusal",
         "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition", "ReplayMisuseError",

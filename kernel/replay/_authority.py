@@ -37,6 +37,7 @@ __all__ = [
     "ProofAuthority",
     "ProofAuthorityFn",
     "ProofContext",
+    "ProofEvidence",
     "ProofObligations",
     "ProofOutcome",
     "ProofPolicy",
@@ -56,10 +57,32 @@ class ProofStatus(Enum):
     UNAVAILABLE = "unavailable"
 
 
+def _bytes(_inst: object, attribute: attrs.Attribute[bytes], value: object) -> None:
+    if type(value) is not bytes:
+        raise TypeError(f"{attribute.name} must be bytes, got {type(value).__name__}")
+
+
+@final
+@attrs.frozen
+class ProofEvidence:
+    """Evidence for one obligation gathered outside the pure core, as opaque bytes.
+
+    The impure orchestrator gathers it between ``replay_contract`` and
+    ``replay_proofs`` (for example a verification receipt sealed from an
+    external checker's output); the obligation's own authority parses and
+    judges it. The adapter only routes it by ``obligation_ref``.
+    """
+
+    obligation_ref: str = attrs.field(validator=NAME)
+    media_type: str = attrs.field(validator=NAME)
+    document: bytes = attrs.field(validator=_bytes)
+
+
 @final
 @attrs.frozen
 class ProofContext:
-    """Everything a proof authority may read: the exact candidate and its contract replay."""
+    """Everything a proof authority may read: the exact candidate, its contract
+    replay, and any evidence gathered for this obligation (in the order given)."""
 
     obligation_ref: str = attrs.field(validator=NAME)
     candidate_digest: str = attrs.field(validator=DIGEST)
@@ -69,6 +92,7 @@ class ProofContext:
     contract_replay: ContractAssessment = attrs.field(
         validator=attrs.validators.instance_of(ContractAssessment)
     )
+    evidence: tuple[ProofEvidence, ...] = attrs.field(default=(), validator=tuple_of(ProofEvidence))
 
 
 @final

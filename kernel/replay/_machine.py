@@ -54,6 +54,7 @@ from kernel.replay._authority import (
     NoProofObligationsApplicable,
     ProofAuthority,
     ProofContext,
+    ProofEvidence,
     ProofObligations,
     ProofOutcome,
     ProofStatus,
@@ -185,6 +186,8 @@ class ReasonCode(Enum):
     PROOF_OUTCOME_NOT_BOUND = "proof_outcome_not_bound"
     PROOF_OUTCOME_WRONG_AUTHORITY = "proof_outcome_wrong_authority"
     PROOF_OUTCOME_ID_INVALID = "proof_outcome_id_invalid"
+    PROOF_EVIDENCE_MALFORMED = "proof_evidence_malformed"
+    PROOF_EVIDENCE_UNEXPECTED = "proof_evidence_unexpected"
     # semantic results
     NO_PROOF_OBLIGATION_APPLICABLE = "no_proof_obligation_applicable"
 
@@ -838,11 +841,20 @@ def replay_contract(
 # --- replay_proofs ---------------------------------------------------------------
 
 
-def _proof_outcome(state: ContractClosed, ref: str, authority: ProofAuthority) -> ProofOutcome:
+def _proof_outcome(
+    state: ContractClosed,
+    ref: str,
+    authority: ProofAuthority,
+    evidence: tuple[ProofEvidence, ...],
+) -> ProofOutcome:
     unavailable = D.PROOF_REPLAY_UNAVAILABLE
     replay_input = state.validated.request.replay_input
     context = ProofContext(
-        ref, replay_input.candidate_digest, state.validated.candidate_frame, state.contract_replay
+        ref,
+        replay_input.candidate_digest,
+        state.validated.candidate_frame,
+        state.contract_replay,
+        tuple(item for item in evidence if item.obligation_ref == ref),
     )
     label = f"{authority.authority_id}@{authority.authority_version} for {ref!r}"
     try:
@@ -887,15 +899,50 @@ def _proof_outcome(state: ContractClosed, ref: str, authority: ProofAuthority) -
     return outcome
 
 
-def replay_proofs(state: ContractClosed) -> ProofsReplayed | ReplayAdapterRefusal:
-    """§10: discharge every declared obligation, in order, through its authority."""
+def _check_evidence(evidence: object, refs: tuple[str, ...]) -> tuple[ProofEvidence, ...]:
+    unavailable = D.PROOF_REPLAY_UNAVAILABLE
+    _require(
+        isinstance(evidence, tuple | list)
+        and all(type(item) is ProofEvidence for item in evidence),
+        unavailable,
+        ReasonCode.PROOF_EVIDENCE_MALFORMED,
+        "evidence must be a sequence of ProofEvidence",
+    )
+    assert isinstance(evidence, tuple | list)
+    items = tuple(evidence)
+    try:
+        for item in items:
+            _validate_deep(item)
+    except (TypeError, ValueError) as exc:
+        raise _Refuse(unavailable, ReasonCode.PROOF_EVIDENCE_MALFORMED, str(exc)) from exc
+    # Evidence for an obligation the policy does not declare is a wiring
+    # error upstream; it is refused rather than silently dropped.
+    stray = sorted({item.obligation_ref for item in items} - set(refs))
+    _require(
+        not stray,
+        unavailable,
+        ReasonCode.PROOF_EVIDENCE_UNEXPECTED,
+        f"evidence names undeclared obligations {stray}",
+    )
+    return items
+
+
+def replay_proofs(
+    state: ContractClosed, evidence: Sequence[ProofEvidence] = ()
+) -> ProofsReplayed | ReplayAdapterRefusal:
+    """§10: discharge every declared obligation, in order, through its authority.
+
+    ``evidence`` is what the caller gathered outside the pure core for the
+    declared obligations; each authority sees only the items for its ref.
+    """
     if not isinstance(state, ContractClosed):
         raise ReplayMisuseError(f"replay_proofs needs ContractClosed, got {type(state).__name__}")
     refs = state.validated.request.replay_input.proof_obligation_refs
     outcomes = []
     try:
+        items = _check_evidence(evidence, refs)
         for ref, authority in zip(refs, state.validated.proof_authorities, strict=True):
-            outcomes.append(_proof_outcome(state, ref, authority))
+            outcomes.append(_proof_outcome(state, ref, authority, items))
     except _Refuse as refused:
         return _refusal(
             refused.disposition, refused.code, refused.detail, state.validated.request.replay_input
@@ -944,7 +991,9 @@ def dispose(state: ProofsReplayed) -> ReplayAdapterResult:
 # --- driver ----------------------------------------------------------------------
 
 
-def replay_attempt(request: object, manifest: AuthorityManifest) -> ReplayAdapterOutcome:
+def replay_attempt(
+    request: object, manifest: AuthorityManifest, evidence: Sequence[ProofEvidence] = ()
+) -> ReplayAdapterOutcome:
     """Classify one candidate attempt: a ReplayAdapterResult or a ReplayAdapterRefusal.
 
     Never raises for bad input; every defect is a typed refusal (ADR-0229 §16).
@@ -965,7 +1014,7 @@ def replay_attempt(request: object, manifest: AuthorityManifest) -> ReplayAdapte
             pass
         case _:
             assert_never(contract)
-    proofs = replay_proofs(contract)
+    proofs = replay_proofs(contract, evidence)
     match proofs:
         case ReplayAdapterRefusal():
             return proofs
