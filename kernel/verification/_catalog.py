@@ -125,6 +125,13 @@ BACKEND_CATALOG: Final = BackendCatalog(
                 BackendOperation("generate-properties", OperationKind.GENERATIVE),
             ),
         ),
+        # The external SMT pair (z3 produces, cvc5 re-decides) that certifies
+        # an arithmetic frame's targets (ADR-0005); it only checks.
+        BackendEntry(
+            backend="vkit-smt",
+            program="vkit-smt",
+            operations=(BackendOperation("check-smt", OperationKind.CHECK),),
+        ),
     )
 )
 
