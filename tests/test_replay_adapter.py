@@ -256,13 +256,32 @@ def test_an_attempt_from_another_run_does_not_belong() -> None:
                   RC.ATTEMPT_NOT_AT_INDEX, identities=False)
 
 
-def test_an_attempt_id_that_does_not_reproduce_is_an_identity_mismatch() -> None:
+def test_a_forged_sibling_attempt_in_the_run_is_an_identity_mismatch() -> None:
+    # Found by the deep stateful run: replaying attempt 0 of a run whose
+    # attempt 1 carries a forged id must not yield a result.
+    request = valid_request(CLOSING, CLOSING, index=0)
+    siblings = request.run.candidate_attempts
+    forged = attrs.evolve(siblings[1], attempt_id="e" * 64)
+    run_value = attrs.evolve(request.run, candidate_attempts=(siblings[0], forged))
+    assert ref.run_id(run_value) == run_value.run_id  # the run id alone cannot see it
+    check_refusal(run(attrs.evolve(request, run=run_value)), D.CANDIDATE_IDENTITY_MISMATCH,
+                  RC.RUN_ATTEMPTS_INCONSISTENT, identities=False)
+
+
+def test_an_input_naming_another_attempt_id_is_an_identity_mismatch() -> None:
+    request = valid_request(CLOSING, CLOSING, index=0)
+    other_id = request.run.candidate_attempts[1].attempt_id
+    check_refusal(run(reseal_input(request, attempt_id=other_id)),
+                  D.CANDIDATE_IDENTITY_MISMATCH, RC.ATTEMPT_ID_MISMATCH, identities=False)
+
+
+def test_a_replayed_attempt_whose_id_does_not_reproduce_is_an_identity_mismatch() -> None:
     request = valid_request()
     forged = attrs.evolve(request.attempt, attempt_id="e" * 64)
     run_value = attrs.evolve(request.run, candidate_attempts=(forged,))
     request = attrs.evolve(request, attempt=forged, run=run_value)
     request = reseal_input(request, attempt_id="e" * 64)
-    check_refusal(run(request), D.CANDIDATE_IDENTITY_MISMATCH, RC.ATTEMPT_ID_MISMATCH,
+    check_refusal(run(request), D.CANDIDATE_IDENTITY_MISMATCH, RC.RUN_ATTEMPTS_INCONSISTENT,
                   identities=False)
 
 

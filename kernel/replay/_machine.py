@@ -140,11 +140,10 @@ class ReasonCode(Enum):
     RUN_ID_MISMATCH = "run_id_mismatch"
     RUN_INPUT_DIGEST_MISMATCH = "run_input_digest_mismatch"
     RUN_POLICY_VERSION_MISMATCH = "run_policy_version_mismatch"
+    RUN_ATTEMPTS_INCONSISTENT = "run_attempts_inconsistent"
     ATTEMPT_INDEX_OUT_OF_RANGE = "attempt_index_out_of_range"
     ATTEMPT_NOT_AT_INDEX = "attempt_not_at_index"
     ATTEMPT_ID_MISMATCH = "attempt_id_mismatch"
-    ATTEMPT_NOT_IN_RUN = "attempt_not_in_run"
-    ATTEMPT_INPUT_DIGEST_MISMATCH = "attempt_input_digest_mismatch"
     ORIGINAL_FRAME_MISMATCH = "original_frame_mismatch"
     CANDIDATE_FRAME_DIGEST_MISMATCH = "candidate_frame_digest_mismatch"
     FRAME_DELTA_DIGEST_MISMATCH = "frame_delta_digest_mismatch"
@@ -525,6 +524,20 @@ def _check_identity_chain(request: ReplayRequest) -> ProblemFrame:
         ReasonCode.RUN_POLICY_VERSION_MISMATCH,
         "run_policy_version differs from the run's",
     )
+    # The run id covers each attempt's content but not the derived attempt
+    # ids, so every attempt in the run is checked too: a run carrying one
+    # forged sibling attempt is not the immutable run the search recorded.
+    need(
+        all(
+            a.attempt_index == position
+            and a.run_id == run.run_id
+            and a.input_digest == run.input_digest
+            and attempt_id_of(a) == a.attempt_id
+            for position, a in enumerate(run.candidate_attempts)
+        ),
+        ReasonCode.RUN_ATTEMPTS_INCONSISTENT,
+        "an attempt of the run does not reproduce its id, position, run or input",
+    )
     # 2. attempt_index addresses exactly the supplied attempt.
     index = replay_input.attempt_index
     need(
@@ -537,20 +550,14 @@ def _check_identity_chain(request: ReplayRequest) -> ProblemFrame:
         ReasonCode.ATTEMPT_NOT_AT_INDEX,
         f"the attempt at index {index} is not the supplied attempt",
     )
-    # 3. attempt_id reproduces canonically and belongs to run_id.
-    need(
-        attempt.run_id == run.run_id, ReasonCode.ATTEMPT_NOT_IN_RUN, "the attempt names another run"
-    )
+    # 3-4. The supplied attempt is the run's attempt at that index, and every
+    # run attempt already reproduced its id, belongs to run_id and carries
+    # the run's input digest (run_attempts_inconsistent above); what is left
+    # is that the input names this attempt.
     need(
         attempt_id_of(attempt) == attempt.attempt_id == replay_input.attempt_id,
         ReasonCode.ATTEMPT_ID_MISMATCH,
-        "attempt_id does not reproduce",
-    )
-    # 4. the attempt and the run were built from one input.
-    need(
-        attempt.input_digest == run.input_digest,
-        ReasonCode.ATTEMPT_INPUT_DIGEST_MISMATCH,
-        "the attempt's input_digest differs from the run's",
+        "the input's attempt_id is not the supplied attempt's reproduced id",
     )
     # 5. candidate_digest: recomputed from the candidate content itself.
     candidate_frame = _reconstruct_candidate(request)
