@@ -810,3 +810,76 @@ def test_evidence_is_never_consulted_after_contract_refusal() -> None:
                                          stray), D.CONTRACT_REFUSED)
     assert result.proof_replay_refs == ()
     assert log.proof_calls() == []
+
+
+# --- the remaining identity checks, each reached on its own ----------------------------------
+
+
+def _reseal_run(request: ReplayRequest, **changes: Any) -> ReplayRequest:
+    run_value = attrs.evolve(request.run, **changes)
+    run_value = attrs.evolve(run_value, run_id=ref.run_id(run_value))
+    return reseal_input(attrs.evolve(request, run=run_value), run_id=run_value.run_id)
+
+
+def test_a_run_whose_input_digest_does_not_reproduce_is_an_identity_mismatch() -> None:
+    request = _reseal_run(valid_request(), input_digest="a" * 64)
+    check_refusal(run(request), D.CANDIDATE_IDENTITY_MISMATCH, RC.RUN_INPUT_DIGEST_MISMATCH,
+                  identities=False)
+
+
+def test_an_input_naming_another_run_policy_than_the_run_is_an_identity_mismatch() -> None:
+    request = _reseal_run(valid_request(), run_policy_version="geometric_search_run.v0")
+    assert request.replay_input.run_policy_version == "geometric_search_run.v1"
+    check_refusal(run(request), D.CANDIDATE_IDENTITY_MISMATCH, RC.RUN_POLICY_VERSION_MISMATCH,
+                  identities=False)
+
+
+def _delta_request() -> ReplayRequest:
+    from kernel.frames import FrameDelta
+
+    delta = FrameDelta(ref.frame_digest(ORIGINAL), (), CLOSING.bindings[2:], (), (), (), (),
+                       CLOSING.evidence_spans)
+    request = valid_request(delta)
+    assert request.reconstruction.frame_delta == delta
+    return request
+
+
+def test_a_delta_candidate_replays_like_the_frame_it_reconstructs() -> None:
+    result = check_result(run(_delta_request()), D.CONTRACT_AND_PROOF_CLOSED)
+    assert result.evidence_spans == CLOSING.evidence_spans
+
+
+def test_a_frame_delta_digest_that_does_not_reproduce_is_an_identity_mismatch() -> None:
+    request = _delta_request()
+    rec = attrs.evolve(request.reconstruction, frame_delta_digest="b" * 64)
+    check_refusal(run(attrs.evolve(request, reconstruction=rec)), D.CANDIDATE_IDENTITY_MISMATCH,
+                  RC.FRAME_DELTA_DIGEST_MISMATCH, identities=False)
+
+
+def test_a_frame_delta_that_reconstructs_no_frame_is_an_identity_mismatch() -> None:
+    request = _delta_request()
+    assert request.reconstruction.frame_delta is not None
+    ghost = attrs.evolve(request.reconstruction.frame_delta, removed_bindings=("ghost",))
+    rec = attrs.evolve(request.reconstruction, frame_delta=ghost,
+                       frame_delta_digest=ref.delta_digest(ghost))
+    check_refusal(run(attrs.evolve(request, reconstruction=rec)), D.CANDIDATE_IDENTITY_MISMATCH,
+                  RC.FRAME_DELTA_DOES_NOT_RECONSTRUCT, identities=False)
+
+
+def test_reconstruction_content_that_differs_from_its_frame_is_an_identity_mismatch() -> None:
+    request = valid_request()
+    rec = attrs.evolve(request.reconstruction,
+                       candidate_bindings=request.reconstruction.candidate_bindings[:-1])
+    check_refusal(run(attrs.evolve(request, reconstruction=rec)), D.CANDIDATE_IDENTITY_MISMATCH,
+                  RC.CANDIDATE_CONTENT_MISMATCH, identities=False)
+
+
+def test_a_resealed_reconstruction_for_another_attempt_is_an_identity_mismatch() -> None:
+    request = valid_request(CLOSING, CLOSING, index=0)
+    other = request.run.candidate_attempts[1]
+    rec = attrs.evolve(request.reconstruction, attempt_id=other.attempt_id)
+    rec = attrs.evolve(rec, candidate_reconstruction_digest=ref.reconstruction_digest(rec))
+    request = reseal_input(attrs.evolve(request, reconstruction=rec),
+                           candidate_reconstruction_digest=rec.candidate_reconstruction_digest)
+    check_refusal(run(request), D.CANDIDATE_IDENTITY_MISMATCH,
+                  RC.RECONSTRUCTION_NOT_FOR_ATTEMPT, identities=False)

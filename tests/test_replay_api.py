@@ -104,3 +104,16 @@ def test_records_are_frozen() -> None:
                                    ReplayDisposition.INVALID_REPLAY_INPUT, ())
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         refusal.reason_codes = ("x",)  # type: ignore[misc]
+
+
+def test_every_reason_code_is_exercised_by_an_adapter_test() -> None:
+    # Each check's code must appear in an expectation of the adapter tests, so
+    # a check without a test that can fail is noticed here.
+    from pathlib import Path
+
+    from kernel.replay import ReasonCode
+
+    text = (Path(__file__).parent / "test_replay_adapter.py").read_text(encoding="utf-8")
+    missing = [code.name for code in ReasonCode if f"RC.{code.name}" not in text
+               and code.value not in text]
+    assert missing == []
