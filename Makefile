@@ -29,12 +29,16 @@ unit: $(STAMP)  ## pytest with the bounded Hypothesis profile
 
 test: lint typecheck unit  ## everything CI runs
 
-demo: $(STAMP)  ## the reference scenario, end to end
+demo: $(STAMP)  ## the reference scenario and the main job (kernel run), end to end
 	$(BIN)/python examples/build_example_chain.py --check
 	$(BIN)/kernel digest examples/replay/chain.json
 	mkdir -p out
 	$(BIN)/kernel replay examples/replay/bundle.json --out out/outcomes.jsonl
 	@echo "outcomes (JSON Lines, run order): out/outcomes.jsonl"
+	$(BIN)/python examples/build_e2e_bundle.py --check
+	rm -rf runs/e2e  # kernel run refuses a non-empty work directory: start fresh
+	$(BIN)/kernel run examples/e2e/bundle.json --work-dir runs/e2e --out out/e2e-outcomes.jsonl
+	@echo "main job outcomes (JSON Lines, run order): out/e2e-outcomes.jsonl; certification runs: runs/e2e/"
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep")
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typer
 
-from kernel.commands import check, digest, replay, verify
+from kernel.commands import check, digest, replay, run, verify
 
 app = typer.Typer(
     name="kernel",
@@ -27,6 +27,7 @@ app = typer.Typer(
 )
 digest.register(app)
 replay.register(app)
+run.register(app)
 app.add_typer(verify.app)
 app.add_typer(check.app)
 

@@ -1,0 +1,278 @@
+"""ExternalCertifier: evidence for ``arithmetic.target_certified`` from a real SMT pair.
+
+Theory of operation (ADR-0006; seed 003; ADR-0003 "Receipt bridge"), for one
+``ContractClosed`` attempt whose obligations include ``TARGET_CERTIFIED``:
+
+1. ``certification_problem`` of the exact candidate frame (pure);
+2. ``plan_verification(certification_spec(...))``: an assurance request
+   authored by the search run's session (``search-run:<run_id>``), bound to
+   the candidate, the problem digest and the check digest;
+3. a fresh attempt directory ``work_dir/<attempt_id>/`` (absent or empty;
+   never reused): ``repository/certification.smt2`` (the problem),
+   ``manifest.json`` (the pinned entry, loaded back strictly), and ``run/``
+   (``run_check`` with job ``certify-<attempt_id>``: z3 produces, cvc5
+   checks);
+4. the ``RunOutcome`` becomes the backend output document (``vkit-smt``,
+   ``backend_version`` = check digest, verdict ``verified`` for PASS and
+   ``unknown`` for BLOCKED with the reason in ``detail``; ``evidence`` = the
+   retained digests);
+5. ``seal_verification`` with ``Producer(test_engineer,
+   "kernel-certifier:<check digest prefix>")``, a session independent of
+   the author;
+6. one ``ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE,
+   dumps(CertificationEvidence(request, receipt)))``, whose document is also
+   kept as ``work_dir/<attempt_id>/certification.json`` for audit.
+
+Rules:
+
+- ``gather`` never raises: a missing problem, a planning or sealing
+  rejection, a refused directory, an I/O or manifest failure each give no
+  evidence plus a warning on the ``kernel.orchestrate`` logger; the pure
+  authority then reports ``unavailable`` (fail closed). Nothing here can
+  turn a failure into a PASS: only ``run_check``'s PASS maps to ``verified``.
+- The output document holds no path of the work directory (``detail`` has
+  it replaced by ``<work-dir>``), so the receipt, and with it every outcome
+  id, is the same wherever the work directory lies and whichever executor
+  ran the attempt.
+- Deadlines, the child environment and the work directory are fields of the
+  certifier, given by the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final, assert_never, final
+
+import attrs
+
+from kernel.external import (
+    CheckEntry,
+    ExternalError,
+    Manifest,
+    RunLimits,
+    RunOutcome,
+    Status,
+    identity_object,
+    load_manifest,
+    run_check,
+    seal_job,
+)
+from kernel.identity import JsonValue, digest
+from kernel.orchestrate._tools import CERTIFY_SPECIFICATION
+from kernel.organs import (
+    CERTIFICATION_BACKEND,
+    CERTIFICATION_MEDIA_TYPE,
+    TARGET_CERTIFIED,
+    CertificationEvidence,
+    certification_problem,
+    certification_spec,
+)
+from kernel.replay import ContractClosed, ProofEvidence
+from kernel.serde import dumps, unstructure
+from kernel.verification import (
+    Producer,
+    Rejection,
+    Role,
+    plan_verification,
+    seal_verification,
+)
+
+__all__ = [
+    "CERTIFICATION_RECORD",
+    "RUN_ID",
+    "ExternalCertifier",
+    "author_session",
+    "backend_output",
+    "producer_session",
+]
+
+LOG: Final = logging.getLogger("kernel.orchestrate")
+_WORK_DIR_MARK: Final = "<work-dir>"
+RUN_ID: Final = "run"
+CERTIFICATION_RECORD: Final = "certification.json"
+
+
+def author_session(run_id: str) -> str:
+    """The session that authored every candidate of search run ``run_id``."""
+    return f"search-run:{run_id}"
+
+
+def producer_session(check_digest: str) -> str:
+    """The certifier's own session: named by the pinned check, never by the run."""
+    return f"kernel-certifier:{check_digest[:16]}"
+
+
+def _environment(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    pairs = tuple(sorted(dict(value).items()))
+    for key, item in pairs:
+        if type(key) is not str or type(item) is not str:
+            raise TypeError("environment keys and values must be str")
+    return pairs
+
+
+def _absolute_path(value: str | os.PathLike[str]) -> Path:
+    return Path(os.path.abspath(value))
+
+
+class _NoEvidence(Exception):
+    """Internal: this attempt gets no evidence; the message is the note."""
+
+
+def backend_output(
+    outcome: RunOutcome, *, candidate_digest: str, check_digest: str, work_dir: Path
+) -> JsonValue:
+    """The verification backend output document for one external run.
+
+    PASS -> ``verified``; BLOCKED -> ``unknown`` (sealed INCONCLUSIVE) with
+    ``<reason>: <detail>``. ``evidence`` holds the retained digests only.
+    """
+    meta = outcome.metadata
+    match meta.status:
+        case Status.PASS:
+            verdict, detail = "verified", ""
+        case Status.BLOCKED:
+            reason = meta.reason.value if meta.reason is not None else "blocked"
+            detail = f"{reason}: {meta.detail}".replace(str(work_dir), _WORK_DIR_MARK)
+            verdict = "unknown"
+        case _:
+            assert_never(meta.status)
+    evidence: JsonValue = {
+        "artifacts": unstructure(meta.artifacts),
+        "check_digest": meta.check_digest,
+        "check_id": meta.check_id,
+        "evidence_digest": meta.evidence_digest,
+        "input_digest": meta.input_digest,
+        "job_digest": meta.job_digest,
+        "job_id": meta.job_id,
+        "reason": meta.reason.value if meta.reason is not None else None,
+        "receipt_sha256": meta.receipt_sha256,
+        "run_id": meta.run_id,
+        "specification_digest": meta.specification_digest,
+        "status": meta.status.value,
+    }
+    return {
+        "backend": CERTIFICATION_BACKEND,
+        "backend_version": check_digest,
+        "candidate": candidate_digest,
+        "claim_id": TARGET_CERTIFIED,
+        "detail": detail,
+        "evidence": evidence,
+        "evidence_tier": "observed",
+        "verdict": verdict,
+    }
+
+
+@final
+@attrs.frozen
+class ExternalCertifier:
+    """An ``EvidenceProvider`` that certifies targets with the pinned z3 -> cvc5 pair.
+
+    ``work_dir`` is where attempt directories are laid out (absolute);
+    ``entry`` is the pinned check (``certification_entry``); ``limits`` the
+    producer and checker deadlines; ``environment`` the exact child
+    environment. Picklable, so it can be shipped to pool workers.
+    """
+
+    work_dir: Path = attrs.field(converter=_absolute_path)
+    entry: CheckEntry = attrs.field(validator=attrs.validators.instance_of(CheckEntry))
+    limits: RunLimits = attrs.field(validator=attrs.validators.instance_of(RunLimits))
+    environment: tuple[tuple[str, str], ...] = attrs.field(converter=_environment)
+
+    @property
+    def check_digest(self) -> str:
+        """The digest of the approved entry (its identity object); pins are not hashed here."""
+        return digest(identity_object(self.entry))
+
+    def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
+        """One certification item for ``state``, or ``()`` (with a logged note)."""
+        replay_input = state.validated.request.replay_input
+        if TARGET_CERTIFIED not in replay_input.proof_obligation_refs:
+            return ()
+        label = f"attempt {replay_input.attempt_id[:16]}"
+        try:
+            return (self._certify(state),)
+        except _NoEvidence as reason:
+            LOG.warning("%s: no %s evidence: %s", label, TARGET_CERTIFIED, reason)
+        except Exception as exc:  # any failure of the shell is no evidence, never a verdict
+            LOG.warning(
+                "%s: no %s evidence: %s: %s", label, TARGET_CERTIFIED, type(exc).__name__, exc
+            )
+        return ()
+
+    def _certify(self, state: ContractClosed) -> ProofEvidence:
+        replay_input = state.validated.request.replay_input
+        problem = certification_problem(state.validated.candidate_frame)
+        if problem is None:
+            raise _NoEvidence("the candidate frame has no certification problem")
+        check_digest = self.check_digest
+        plan = plan_verification(
+            certification_spec(
+                candidate_digest=replay_input.candidate_digest,
+                author_session=author_session(replay_input.run_id),
+                problem=problem,
+                check_digest=check_digest,
+            )
+        )
+        if isinstance(plan, Rejection):
+            raise _NoEvidence(f"planning rejected: {plan.code.value}: {plan.message}")
+        outcome = self._run(replay_input.attempt_id, replay_input.candidate_digest, problem)
+        output = backend_output(
+            outcome,
+            candidate_digest=replay_input.candidate_digest,
+            check_digest=check_digest,
+            work_dir=self.work_dir,
+        )
+        receipt = seal_verification(
+            plan, output, Producer(Role.TEST_ENGINEER, producer_session(check_digest))
+        )
+        if isinstance(receipt, Rejection):
+            raise _NoEvidence(f"sealing rejected: {receipt.code.value}: {receipt.message}")
+        document = dumps(CertificationEvidence(plan.request, receipt))
+        (self.work_dir / replay_input.attempt_id / CERTIFICATION_RECORD).write_bytes(
+            document + b"\n"
+        )
+        return ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE, document)
+
+    def _run(self, attempt_id: str, candidate_digest: str, problem: str) -> RunOutcome:
+        attempt = self._fresh_attempt_dir(attempt_id)
+        repository = attempt / "repository"
+        repository.mkdir()  # exclusive: a concurrent claim on the same attempt fails here
+        (repository / CERTIFY_SPECIFICATION).write_bytes(problem.encode("utf-8"))
+        manifest_path = attempt / "manifest.json"
+        manifest_path.write_bytes(dumps(Manifest(1, (self.entry,))) + b"\n")
+        try:
+            manifest = load_manifest(manifest_path, repository_root=repository)
+            entry = manifest.entry(self.entry.check_id)
+        except ExternalError as exc:
+            raise _NoEvidence(f"manifest refused: {exc}") from exc
+        if entry != self.entry:
+            raise _NoEvidence("the manifest read back is not the approved entry")
+        job = seal_job(
+            f"certify-{attempt_id}",
+            entry.check_id,
+            f"{TARGET_CERTIFIED} for candidate {candidate_digest}",
+        )
+        return run_check(
+            entry,
+            job,
+            repository_root=repository,
+            manifest_path=manifest_path,
+            run_root=attempt,
+            run_id=RUN_ID,
+            limits=self.limits,
+            environment=dict(self.environment),
+        )
+
+    def _fresh_attempt_dir(self, attempt_id: str) -> Path:
+        attempt = self.work_dir / attempt_id
+        if attempt.is_symlink():
+            raise _NoEvidence(f"{attempt} is a symlink")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        attempt.mkdir(exist_ok=True)
+        if any(attempt.iterdir()):
+            raise _NoEvidence(f"attempt directory {attempt} is not empty (never reused)")
+        return attempt
+
