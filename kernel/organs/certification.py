@@ -26,8 +26,9 @@ Rules:
   ``r = n / d`` is ``(= (* r d) n)`` with ``d`` non-zero.
 - A frame that is not runnable under ``assess`` (or has no canonical
   identity) has no problem (``None``).
-- Evidence items of another media type are not this authority's to judge and
-  are ignored. Without any certification item the obligation is UNAVAILABLE
+- Evidence items of another media type (or, when called directly, for another
+  obligation ref) are not this authority's to judge and are ignored. Without
+  any certification item the obligation is UNAVAILABLE
   (``no_certification_evidence``). Otherwise every certification item is
   judged, in order, and all of them must be eligible (fail closed): any
   refusal refuses the obligation with every item's reasons, each once, in
@@ -330,7 +331,11 @@ def prove_target_certified(context: ProofContext) -> ProofOutcome:
     item otherwise. Evidence spans are always the frame's binding spans, in order.
     """
     frame = context.candidate_frame
-    items = [e for e in context.evidence if e.media_type == CERTIFICATION_MEDIA_TYPE]
+    items = [
+        e
+        for e in context.evidence
+        if e.media_type == CERTIFICATION_MEDIA_TYPE and e.obligation_ref == context.obligation_ref
+    ]
     if not items:
         return _seal(context, ProofStatus.UNAVAILABLE, (CertificationReason.NO_EVIDENCE.value,))
     problem = certification_problem(frame)
