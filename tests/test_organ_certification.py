@@ -1016,3 +1016,4 @@ def test_certification_evidence_is_unexpected_under_the_builtin_manifest() -> No
     )
     refused = replay_attempt(request, organs.BUILTIN_MANIFEST, (evidence,))
     assert isinstance(refused, ReplayAdapterRefusal)
+    assert refused.reason_codes == ("proof_evidence_unexpected",)
