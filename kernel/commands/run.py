@@ -36,10 +36,10 @@ from kernel.orchestrate import (
     ExternalCertifier,
     certification_entry,
     discover_tools,
-    replay_bundle,
+    replay_requests,
 )
 from kernel.organs import certified_manifest
-from kernel.replay import ReplayAdapterRefusal, ReplayBundle
+from kernel.replay import ReplayAdapterRefusal, ReplayBundle, requests_from_bundle
 
 _HELP = """Run the main job: replay every attempt and certify targets with z3 -> cvc5.
 
@@ -99,6 +99,10 @@ def register(app: typer.Typer) -> None:
             help="Deadline for each producer and each checker run.")] = 60.0,
     ) -> None:
         bundle = read_document(bundle_path, ReplayBundle)
+        try:
+            requests = requests_from_bundle(bundle)
+        except ValueError as exc:
+            refuse("bundle_shape_invalid", f"{bundle_path}: {exc}")
         if not deadline > 0:
             refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
         _check_work_dir(work_dir)
@@ -114,9 +118,7 @@ def register(app: typer.Typer) -> None:
         if not quiet:
             logger.addHandler(handler)
         try:
-            outcomes = replay_bundle(bundle, certified_manifest(), certifier)
-        except ValueError as exc:
-            refuse("bundle_shape_invalid", f"{bundle_path}: {exc}")
+            outcomes = replay_requests(requests, certified_manifest(), certifier)
         finally:
             logger.removeHandler(handler)
         data = outcome_lines(outcomes)

@@ -1,0 +1,59 @@
+"""Shared values for the orchestrator tests (no tests of its own).
+
+Digests are recomputed here with ``hashlib`` and ``json``, independently of
+``kernel.identity``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernel.external import CheckEntry, RunLimits, default_environment
+from kernel.orchestrate import ExternalCertifier, certification_entry, discover_tools
+from kernel.replay import ReplayBundle
+from kernel.serde import loads
+
+__all__ = [
+    "E2E_BUNDLE",
+    "ROOT",
+    "certifier",
+    "e2e_bundle",
+    "hand_digest",
+    "shipped_entry",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+E2E_BUNDLE = ROOT / "examples" / "e2e" / "bundle.json"
+
+
+def hand_digest(value: Any) -> str:
+    """SHA-256 of the canonical JSON of ``value``, computed without the kernel."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@functools.cache
+def e2e_bundle() -> ReplayBundle:
+    return loads(E2E_BUNDLE.read_bytes(), ReplayBundle)
+
+
+@functools.cache
+def shipped_entry() -> CheckEntry:
+    """The pinned entry for the package's own scripts on this machine."""
+    return certification_entry(discover_tools(Path(sys.executable)))
+
+
+def certifier(
+    work_dir: Path, entry: CheckEntry | None = None, *, producer_seconds: float = 60.0
+) -> ExternalCertifier:
+    return ExternalCertifier(
+        work_dir,
+        entry or shipped_entry(),
+        RunLimits(producer_seconds, 60.0),
+        default_environment(),
+    )
