@@ -129,6 +129,28 @@ def test_a_deadline_that_is_not_positive_is_refused(tmp_path: Path, deadline: st
     _refused(result.stderr, "invalid_deadline")
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_shell_failure_is_a_note_and_fails_closed(tmp_path: Path, quiet: bool) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # the work directory cannot be created under a file
+    args = ["run", str(E2E_BUNDLE), "--work-dir", str(blocker / "work")]
+    result = runner.invoke(app, args + (["--quiet"] if quiet else []))
+    assert result.exit_code == 0
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    for index in (0, 3):
+        assert rows[index]["replay_disposition"] == "contract_closed_but_proof_refused"
+        assert rows[index]["reason_codes"] == [
+            "proof_unavailable:arithmetic.target_certified",
+            "arithmetic.target_certified:no_certification_evidence",
+        ]
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    if quiet:
+        assert result.stderr == ""
+    else:
+        assert len(notes) == 3
+        assert "no arithmetic.target_certified evidence: NotADirectoryError" in notes[0]
+
+
 def test_the_work_directory_is_required(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", str(E2E_BUNDLE)])
     assert result.exit_code == 2

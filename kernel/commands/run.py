@@ -114,9 +114,9 @@ def register(app: typer.Typer) -> None:
             work_dir.absolute(), entry, RunLimits(deadline, deadline), default_environment()
         )
         logger = logging.getLogger("kernel.orchestrate")
-        handler = _NoteHandler(logging.WARNING)
-        if not quiet:
-            logger.addHandler(handler)
+        # --quiet still needs a handler, or logging's last resort prints the notes.
+        handler = logging.NullHandler() if quiet else _NoteHandler(logging.WARNING)
+        logger.addHandler(handler)
         try:
             outcomes = replay_requests(requests, certified_manifest(), certifier)
         finally:
