@@ -64,6 +64,28 @@ def summary_table(outcomes: tuple[ReplayAdapterOutcome, ...]) -> Table:
     return table
 
 
+def emit_outcomes(
+    outcomes: tuple[ReplayAdapterOutcome, ...],
+    *,
+    out: Path | None,
+    quiet: bool,
+    fail_on_refusal: bool,
+) -> None:
+    """Write the JSON Lines (stdout or ``out``, atomically), the summary, and the exit code."""
+    data = outcome_lines(outcomes)
+    if out is None:
+        typer.echo(data.decode("utf-8"), nl=False)
+    else:
+        try:
+            write_atomically(out, data)
+        except OSError as exc:
+            refuse("unwritable_output", f"{out}: {exc.strerror or exc}")
+    if not quiet:
+        Console(stderr=True).print(summary_table(outcomes))
+    if fail_on_refusal and any(isinstance(o, ReplayAdapterRefusal) for o in outcomes):
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     """Attach the ``replay`` command to ``app``."""
 
@@ -92,15 +114,4 @@ def register(app: typer.Typer) -> None:
             outcomes = classify_bundle(bundle)
         except ValueError as exc:
             refuse("bundle_shape_invalid", f"{bundle_path}: {exc}")
-        data = outcome_lines(outcomes)
-        if out is None:
-            typer.echo(data.decode("utf-8"), nl=False)
-        else:
-            try:
-                write_atomically(out, data)
-            except OSError as exc:
-                refuse("unwritable_output", f"{out}: {exc.strerror or exc}")
-        if not quiet:
-            Console(stderr=True).print(summary_table(outcomes))
-        if fail_on_refusal and any(isinstance(o, ReplayAdapterRefusal) for o in outcomes):
-            raise typer.Exit(1)
+        emit_outcomes(outcomes, out=out, quiet=quiet, fail_on_refusal=fail_on_refusal)

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from kernel.commands._io import read_document, refuse, write_atomically
-from kernel.commands.replay import outcome_lines, summary_table
+from kernel.commands._io import read_document, refuse
+from kernel.commands.replay import emit_outcomes
 from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
     CertifierSetupError,
@@ -39,7 +38,7 @@ from kernel.orchestrate import (
     replay_requests,
 )
 from kernel.organs import certified_manifest
-from kernel.replay import ReplayAdapterRefusal, ReplayBundle, requests_from_bundle
+from kernel.replay import ReplayBundle, requests_from_bundle
 
 _HELP = """Run the main job: replay every attempt and certify targets with z3 -> cvc5.
 
@@ -121,15 +120,4 @@ def register(app: typer.Typer) -> None:
             outcomes = replay_requests(requests, certified_manifest(), certifier)
         finally:
             logger.removeHandler(handler)
-        data = outcome_lines(outcomes)
-        if out is None:
-            typer.echo(data.decode("utf-8"), nl=False)
-        else:
-            try:
-                write_atomically(out, data)
-            except OSError as exc:
-                refuse("unwritable_output", f"{out}: {exc.strerror or exc}")
-        if not quiet:
-            Console(stderr=True).print(summary_table(outcomes))
-        if fail_on_refusal and any(isinstance(o, ReplayAdapterRefusal) for o in outcomes):
-            raise typer.Exit(1)
+        emit_outcomes(outcomes, out=out, quiet=quiet, fail_on_refusal=fail_on_refusal)
