@@ -130,3 +130,12 @@ def test_help_documents_the_exit_codes() -> None:
         result = runner.invoke(app, command)
         assert result.exit_code == 0
         assert "Exit codes" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["digest", "replay"])
+def test_a_device_or_directory_is_refused_without_reading_it(tmp_path: Path,
+                                                             command: str) -> None:
+    for path in ("/dev/zero", str(tmp_path)):
+        result = runner.invoke(app, [command, path])
+        assert result.exit_code == 2
+        assert result.stderr.startswith("error: not_a_regular_file: ")

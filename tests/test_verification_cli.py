@@ -108,10 +108,11 @@ def test_malformed_input_exits_2_with_one_line_and_no_traceback(
 
 
 def test_unreadable_file_exits_2(tmp_path: Path) -> None:
-    for path in (tmp_path / "missing.json", tmp_path):
+    for path, code in ((tmp_path / "missing.json", "unreadable_file"),
+                       (tmp_path, "not_a_regular_file")):
         result = run("plan", path)
         assert result.exit_code == 2
-        assert result.stderr.startswith("error: io_error: ")
+        assert result.stderr.startswith(f"error: {code}: ")
 
 
 def test_seal_prints_the_receipt_and_exits_0(tmp_path: Path) -> None:
@@ -347,3 +348,9 @@ def test_record_invariants_are_refused_at_the_boundary_with_their_reason(tmp_pat
     assert result.stderr.startswith("error: schema_mismatch: ")
     assert "contradicts verdict" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_a_device_is_refused_without_reading_it() -> None:
+    result = CliRunner().invoke(app, ["verify", "plan", "/dev/zero"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: not_a_regular_file: ")

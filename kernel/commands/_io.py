@@ -20,14 +20,27 @@ def refuse(code: str, message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def read_document(path: Path, cls: type[T]) -> T:
-    """Load ``path`` strictly as ``cls``; every failure is a one-line refusal (exit 2)."""
+def read_bounded(path: Path) -> bytes:
+    """The bytes of a regular file of at most ``MAX_DOCUMENT_BYTES``; else a refusal.
+
+    Reads at most one byte past the limit, so a device or FIFO (``/dev/zero``)
+    or a file growing while read can never exhaust memory or hang the reader.
+    """
     try:
-        if path.stat().st_size > MAX_DOCUMENT_BYTES:
-            refuse("document_too_large", f"{path}: more than {MAX_DOCUMENT_BYTES} bytes")
-        data = path.read_bytes()
+        if path.exists() and not path.is_file():
+            refuse("not_a_regular_file", f"{path}: not a regular file")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         refuse("unreadable_file", f"{path}: {exc.strerror or exc}")
+    if len(data) > MAX_DOCUMENT_BYTES:
+        refuse("document_too_large", f"{path}: more than {MAX_DOCUMENT_BYTES} bytes")
+    return data
+
+
+def read_document(path: Path, cls: type[T]) -> T:
+    """Load ``path`` strictly as ``cls``; every failure is a one-line refusal (exit 2)."""
+    data = read_bounded(path)
     try:
         return loads(data, cls)
     except SerdeError as exc:

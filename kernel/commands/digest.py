@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from kernel.commands._io import read_document, refuse
+from kernel.commands._io import read_bounded, read_document, refuse
 from kernel.frames import delta_digest, frame_digest
 from kernel.replay import ReplayBundle, input_digest_of
 from kernel.serde import SerdeError, parse_json
@@ -96,9 +96,7 @@ def register(app: typer.Typer) -> None:
 def _rows_for(path: Path) -> Iterator[Row]:
     # A bundle is a chain plus inputs; tell them apart by their top-level keys.
     try:
-        head = parse_json(path.read_bytes())
-    except OSError as exc:
-        refuse("unreadable_file", f"{path}: {exc.strerror or exc}")
+        head = parse_json(read_bounded(path))
     except SerdeError as exc:
         refuse(exc.code, f"{path}: {exc.message}")
     if isinstance(head, dict) and set(head) == {"chain", "inputs"}:

@@ -23,6 +23,7 @@ from typing import Annotated, NoReturn, TypeVar
 
 import typer
 
+from kernel.commands._io import read_bounded
 from kernel.identity import JsonValue
 from kernel.serde import SerdeError, dumps, parse_json, structure
 from kernel.verification import (
@@ -62,10 +63,8 @@ def _refuse(code: str, message: str) -> NoReturn:
 
 
 def _read_json(path: str) -> JsonValue:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        _refuse("io_error", f"{path}: {exc.strerror or exc}")
+    # Bounded read: a device, FIFO or oversized file is refused, never slurped.
+    data = read_bounded(Path(path))
     try:
         return parse_json(data)
     except SerdeError as exc:
