@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typer
 
-from kernel.commands import check, digest, replay, run, verify
+from kernel.commands import bundle, check, digest, replay, run, verify
 
 app = typer.Typer(
     name="kernel",
@@ -26,6 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 digest.register(app)
+bundle.register(app)
 replay.register(app)
 run.register(app)
 app.add_typer(verify.app)

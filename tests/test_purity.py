@@ -16,16 +16,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "kernel"
 
 PURE_PATHS = [
-    "identity.py", "serde.py", "frames.py", "upstream.py", "_values.py",
+    "identity.py", "serde.py", "frames.py", "upstream.py", "_values.py", "drafts.py",
     "replay", "verification", "organs",
 ]
 ALLOWED_MODULES = {
     "__future__", "typing", "typing_extensions", "collections", "collections.abc", "enum",
     "re", "hashlib", "types", "json", "fractions", "itertools", "functools", "operator", "math",
     "attrs", "attr", "cattrs", "cattrs.cols", "cattrs.gen", "cattrs.errors", "cattrs.preconf",
+    # orjson: a pure, deterministic serializer (bytes from the value alone; no
+    # I/O, clock or randomness). kernel.identity uses it only where
+    # tests/test_identity_fast.py proves its bytes equal to json.dumps (ADR-0007).
+    "orjson",
 }
 PURE_KERNEL_PREFIXES = (
     "kernel.identity", "kernel.serde", "kernel.frames", "kernel.upstream", "kernel._values",
+    "kernel.drafts",
     "kernel.replay", "kernel.verification", "kernel.organs",
 )
 FORBIDDEN_CALLS = {
@@ -33,7 +38,9 @@ FORBIDDEN_CALLS = {
     "locals", "vars", "id", "hash",
 }
 # Modules that must never import the replay adapter (one-way authority).
-UPSTREAM_OF_REPLAY = {"frames.py", "upstream.py", "identity.py", "serde.py", "_values.py"}
+UPSTREAM_OF_REPLAY = {
+    "frames.py", "upstream.py", "identity.py", "serde.py", "_values.py", "drafts.py",
+}
 
 
 def pure_files() -> list[Path]:
