@@ -128,3 +128,18 @@ def test_draft_records_enforce_exactly_one_candidate_form() -> None:
     candidate = draft.candidates[0]
     with pytest.raises(ValueError):
         DraftCandidate(candidate.operator_id, candidate.operator_version, None, None)
+
+
+def test_the_python_snippets_in_the_integration_guide_run(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    guide = (ROOT / "docs" / "integrating.md").read_text(encoding="utf-8")
+    snippets = re.findall(r"```python\n(.*?)```", guide, re.DOTALL)
+    assert len(snippets) == 2
+    bundle = tmp_path / "bundle.json"
+    assert runner.invoke(app, ["bundle", str(DRAFT), "--out", str(bundle)]).exit_code == 0
+    replay = runner.invoke(app, ["replay", str(ROOT / "examples" / "replay" / "bundle.json"),
+                                 "--quiet", "--out", str(tmp_path / "outcomes.jsonl")])
+    assert replay.exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    for snippet in snippets:
+        exec(compile(snippet, "docs/integrating.md", "exec"), {})
