@@ -14,6 +14,26 @@ Rules:
   conversion limit (4300 digits by default); beyond it Python's own JSON
   parser cannot read the number back, so it is refused rather than hashed.
 - ``digest(v)`` is the lowercase hex SHA-256 of ``canonical_json(v)``.
+
+Fast path (ADR-0007):
+
+- ``canonical_json_reference(v)`` is the definition above, spelled out with
+  ``json.dumps``; it is always available and is the authority.
+- ``canonical_json(v)`` returns ``orjson.dumps(v, option=OPT_SORT_KEYS)``
+  only when one linear scan proves ``v`` lies in the *covered* domain: the
+  identity domain with every int in orjson's range ``[-2**63, 2**64 - 1]``.
+  Over that domain ``tests/test_identity_fast.py`` proves the bytes equal to
+  the reference (UTF-8 byte order of keys is code-point order once
+  surrogates are excluded; both escape exactly ``"``, ``\\`` and C0
+  controls, in the same spelling). Anything else (a larger int, any value
+  outside the domain) and any exception from orjson goes to the reference,
+  which also produces every ``IdentityError``, so errors, codes and paths are
+  the reference's.
+- ``check_domain`` uses the same scan and runs the path-tracking check only
+  when the scan does not accept, so its verdicts and errors are unchanged.
+- ``set_fast_path(False)`` restores the reference behaviour everywhere (the
+  path-tracking check and ``json.dumps``) for benchmarks and tests; since
+  both paths give the same bytes and the same errors, it changes speed only.
 """
 
 from __future__ import annotations
@@ -22,7 +42,9 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Final, TypeAlias, final
+from typing import Any, Final, TypeAlias, final
+
+import orjson
 
 __all__ = [
     "DIGEST_PATTERN",
@@ -30,9 +52,12 @@ __all__ = [
     "MAX_IDENTITY_DEPTH",
     "JsonValue",
     "canonical_json",
+    "canonical_json_reference",
     "check_domain",
     "digest",
+    "fast_path_enabled",
     "is_digest",
+    "set_fast_path",
     "sha256_hex",
 ]
 
@@ -101,17 +126,115 @@ def _check_domain(value: object, path: str, depth: int) -> None:
     raise IdentityError("unsupported_type", path, f"{kind.__name__} is not in the identity domain")
 
 
+# --- the covered domain (fast path) ---------------------------------------------
+
+# orjson serializes ints in [-2**63, 2**64 - 1] and raises beyond; the
+# differential test covers exactly this range (ADR-0007).
+_FAST_INT_MIN: Final = -(2**63)
+_FAST_INT_MAX: Final = 2**64 - 1
+_ORJSON_OPTIONS: Final = orjson.OPT_SORT_KEYS
+
+
+def _utf8_clean(s: str) -> bool:
+    # Callers test isascii() first (a C scan, no allocation); only non-ASCII
+    # text pays for the encode that finds lone surrogates.
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _covered(value: Any, depth: int) -> bool:
+    """True only if ``_check_domain`` accepts ``value`` and every int fits orjson.
+
+    No paths are built here; a value this scan does not accept goes to the
+    path-tracking check (and the reference encoder), which owns every error.
+    ``value`` is ``Any`` because the exact-type tests below are the narrowing
+    (``assert isinstance`` would cost a third of the scan).
+    """
+    if depth > MAX_IDENTITY_DEPTH:
+        return False
+    kind = type(value)
+    if kind is str:
+        text: str = value
+        return text.isascii() or _utf8_clean(text)
+    if kind is int:
+        number: int = value
+        return _FAST_INT_MIN <= number <= _FAST_INT_MAX
+    if kind is dict:
+        key: str
+        for key, item in value.items():
+            if (
+                type(key) is not str
+                or not (key.isascii() or _utf8_clean(key))
+                or not _covered(item, depth + 1)
+            ):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for item in value:  # noqa: SIM110 -- a plain loop is faster than all(<genexpr>)
+            if not _covered(item, depth + 1):
+                return False
+        return True
+    return value is None or kind is bool
+
+
+# Benchmarks and tests flip this to price the fast path; it never changes bytes.
+_fast_path = True
+
+
+def set_fast_path(enabled: bool) -> bool:
+    """Use the scan and orjson where covered (``True``, the default) or the reference only.
+
+    Returns the previous setting so callers can restore it. Meant for
+    benchmarks and tests: the bytes are the same either way (ADR-0007).
+    """
+    global _fast_path
+    previous = _fast_path
+    _fast_path = bool(enabled)
+    return previous
+
+
+def fast_path_enabled() -> bool:
+    """Whether ``canonical_json`` may use orjson (see ``set_fast_path``)."""
+    return _fast_path
+
+
+# --- public API ----------------------------------------------------------------
+
+
 def check_domain(value: object) -> None:
     """Raise ``IdentityError`` unless ``value`` lies in the identity domain."""
+    if _fast_path and _covered(value, 0):
+        return
     _check_domain(value, "$", 0)
 
 
-def canonical_json(value: JsonValue) -> bytes:
-    """The canonical UTF-8 JSON bytes of ``value``; raises ``IdentityError``."""
+def canonical_json_reference(value: JsonValue) -> bytes:
+    """The reference canonical bytes: ``json.dumps`` exactly as ADR-0001 defines them.
+
+    Raises ``IdentityError`` for a value outside the identity domain. This is
+    the authority the fast path is proved against and falls back to.
+    """
     _check_domain(value, "$", 0)
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
         "utf-8"
     )
+
+
+def canonical_json(value: JsonValue) -> bytes:
+    """The canonical UTF-8 JSON bytes of ``value``; raises ``IdentityError``.
+
+    Byte-identical to ``canonical_json_reference``: orjson is used only over
+    the covered domain, everything else takes the reference.
+    """
+    if _fast_path and _covered(value, 0):
+        try:
+            return orjson.dumps(value, option=_ORJSON_OPTIONS)
+        except orjson.JSONEncodeError:  # defensive: the scan should make this unreachable
+            pass
+    return canonical_json_reference(value)
 
 
 def sha256_hex(data: bytes) -> str:
