@@ -14,27 +14,43 @@ Exit codes:
 - 1: ``--fail-on-refusal`` was given and at least one attempt was refused;
 - 2: refused at the boundary, nothing written: the bundle (unreadable,
   malformed, schema mismatch, misshapen), a work directory that is not an
-  empty directory, a deadline that is not positive, or a certifier that
-  cannot be set up (no z3 binary or cvc5 package for this interpreter).
+  empty directory, a deadline that is not positive, a certifier that cannot
+  be set up (no z3 binary or cvc5 package for this interpreter), or an
+  executor that cannot be opened (bad worker count, conflicting options,
+  unreachable scheduler, no dask installed).
+
+``--executor`` picks where certifications run (ADR-0008): inline (default),
+a spawn-based process pool, or Dask distributed; the verdicts are always
+computed here, so the outcome bytes do not depend on the choice.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kernel.commands._io import read_document, refuse
 from kernel.commands.replay import emit_outcomes
 from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
     CertifierSetupError,
+    ExecutorKind,
+    ExecutorSetupError,
+    ExecutorSpec,
     ExternalCertifier,
     certification_entry,
+    check_executor_spec,
     discover_tools,
+    open_executor,
     replay_requests,
 )
 from kernel.organs import certified_manifest
@@ -54,10 +70,85 @@ evidence, requests, receipts, logs, metadata.json) and certification.json
 (request + receipt). DIR must be absent or empty. Outcomes: JSON Lines on
 stdout or --out FILE; summary table and notes on stderr.
 
+Executors (--executor): inline (default) certifies one attempt after the
+other in this process; process runs them on a pool of --workers local
+processes (spawn context); dask runs them on Dask distributed: the cluster
+at --scheduler ADDRESS (its own workers; the same kernel, interpreter and
+solvers at the same paths on every worker, else the pins do not match and
+the attempt is not certified), or, without --scheduler, a local cluster of
+--workers single-threaded worker processes started and stopped here.
+--workers defaults to the number of CPUs available. Only certification runs
+on the executor; the verdicts are computed here, in the run's order, so the
+output bytes do not depend on the executor or the worker count. A worker
+that dies or is lost leaves its attempt without evidence (not closed, never
+PASS). A progress bar goes to stderr when it is a terminal (not with --quiet).
+
 Exit codes: 0 every attempt classified; 1 --fail-on-refusal and some attempt
 refused; 2 refused at the boundary (bad bundle, non-empty work directory,
-bad deadline, certifier unavailable); nothing is written.
+bad deadline, certifier unavailable, bad worker count, conflicting executor
+options, unreachable scheduler); nothing is written.
 """
+
+_EXECUTORS = "|".join(kind.value for kind in ExecutorKind)
+
+
+def _available_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _executor_spec(
+    executor: str, workers: str | None, scheduler: str | None, connect_timeout: float
+) -> ExecutorSpec:
+    try:
+        kind = ExecutorKind(executor)
+    except ValueError:
+        refuse("unknown_executor", f"--executor must be one of {_EXECUTORS}, got {executor!r}")
+    count: int | None = None
+    if workers is not None:
+        try:
+            count = int(workers.strip(), 10)
+        except ValueError:
+            refuse("invalid_worker_count", f"--workers must be a positive integer, got {workers!r}")
+    elif kind is ExecutorKind.PROCESS or (kind is ExecutorKind.DASK and scheduler is None):
+        count = _available_cpus()
+    if not connect_timeout > 0:
+        refuse(
+            "invalid_connect_timeout", f"--connect-timeout must be positive, got {connect_timeout}"
+        )
+    spec = ExecutorSpec(kind, count, scheduler, connect_timeout)
+    try:
+        check_executor_spec(spec)
+    except ExecutorSetupError as exc:
+        refuse(exc.code, exc.message)
+    return spec
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr, updated from the driver's thread; ``None`` when off."""
+    if not enabled:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("certifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("attempts"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    task = bar.add_task("attempts", total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield update
+
 
 
 def _check_work_dir(work_dir: Path) -> None:
@@ -96,6 +187,22 @@ def register(app: typer.Typer) -> None:
         deadline: Annotated[float, typer.Option(
             "--deadline", metavar="SECONDS",
             help="Deadline for each producer and each checker run.")] = 60.0,
+        executor: Annotated[str, typer.Option(
+            "--executor", metavar=f"[{_EXECUTORS}]",
+            help="Where certifications run: inline (this process, one after the other), "
+                 "process (a local process pool) or dask (Dask distributed). "
+                 "Output bytes are the same for every choice.")] = "inline",
+        workers: Annotated[str | None, typer.Option(
+            "--workers", metavar="N",
+            help="Processes for --executor process, or local Dask workers for --executor "
+                 "dask without --scheduler (default: the CPUs available).")] = None,
+        scheduler: Annotated[str | None, typer.Option(
+            "--scheduler", metavar="ADDRESS",
+            help="Dask scheduler to use (e.g. tcp://10.0.0.5:8786) instead of starting "
+                 "a local cluster; --executor dask only.")] = None,
+        connect_timeout: Annotated[float, typer.Option(
+            "--connect-timeout", metavar="SECONDS",
+            help="How long to try reaching --scheduler before refusing.")] = 10.0,
     ) -> None:
         bundle = read_document(bundle_path, ReplayBundle)
         try:
@@ -105,6 +212,7 @@ def register(app: typer.Typer) -> None:
         if not deadline > 0:
             refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
         _check_work_dir(work_dir)
+        spec = _executor_spec(executor, workers, scheduler, connect_timeout)
         try:
             entry = certification_entry(discover_tools(Path(sys.executable)))
         except CertifierSetupError as exc:
@@ -117,7 +225,17 @@ def register(app: typer.Typer) -> None:
         handler = logging.NullHandler() if quiet else _NoteHandler(logging.WARNING)
         logger.addHandler(handler)
         try:
-            outcomes = replay_requests(requests, certified_manifest(), certifier)
+            with ExitStack() as stack:
+                try:
+                    pool = stack.enter_context(open_executor(spec))
+                except ExecutorSetupError as exc:
+                    refuse(exc.code, exc.message)
+                progress = stack.enter_context(
+                    _progress_bar(not quiet and sys.stderr.isatty())
+                )
+                outcomes = replay_requests(
+                    requests, certified_manifest(), certifier, executor=pool, progress=progress
+                )
         finally:
             logger.removeHandler(handler)
         emit_outcomes(outcomes, out=out, quiet=quiet, fail_on_refusal=fail_on_refusal)

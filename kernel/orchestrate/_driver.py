@@ -7,27 +7,41 @@ Theory of operation (ADR-0229 §5, §12; ADR-0002; ADR-0006):
         ContractClosed: provider.gather         (impure, on the executor)
         replay_proofs(state, evidence) -> dispose   (pure, here, in order)
 
-- The pure transitions run in the caller: they are cheap, and the authority
+- The pure transitions run in the caller: they are cheap (about 2.5 ms per
+  attempt against about 0.6 s for one certification), the authority
   manifest holds callables behind read-only mappings that need not cross a
-  process boundary. Only ``provider.gather`` (the slow, impure step) is
-  submitted to the executor, one task per contract-closed attempt, all
-  submitted before any is awaited.
+  process boundary, and the verdict is then always computed by this
+  process's code, whatever ran the evidence (ADR-0008). Only
+  ``provider.gather`` (the slow, impure step) is submitted to the executor,
+  one task per contract-closed attempt, each submitted as soon as its
+  contract stage is done and all before any is awaited.
 - Outcomes are collected by attempt index, never by completion order, so the
   result is the run's canonical order and byte-identical whichever executor
   ran the work (inline, threads, processes, Dask's ``Client.get_executor()``).
-- A gather that raises, or a worker that dies, is no evidence plus a note on
-  the ``kernel.orchestrate`` logger: the obligation's authority reports
-  ``unavailable`` and the attempt fails closed. It never becomes a verdict.
+- A gather that raises, a task that cannot be submitted or pickled, a worker
+  that dies or is lost, or a task that returns anything but a gathered
+  result is no evidence plus a note on the ``kernel.orchestrate`` logger:
+  the obligation's authority reports ``unavailable`` and the attempt fails
+  closed. It never becomes a verdict, and no attempt is ever dropped.
+- Notes logged while gathering are captured where the task runs (a worker
+  process has no handler of the caller's) and re-logged here, in canonical
+  attempt order, after every task has finished.
+- ``progress(done, total)`` is called in the caller's thread, with attempts
+  counted as done when their evidence (if any) is in.
 - Nothing compares, ranks or selects candidates (§12); each attempt is
   classified on its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
-from concurrent.futures import Executor, Future
-from typing import Final, assert_never
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, as_completed
+from typing import Final, assert_never, final
+
+import attrs
 
 from kernel.orchestrate._provider import EvidenceProvider
 from kernel.replay import (
@@ -48,7 +62,7 @@ from kernel.replay import (
     validate,
 )
 
-__all__ = ["replay_bundle", "replay_requests"]
+__all__ = ["gather_safely", "replay_bundle", "replay_requests"]
 
 LOG: Final = logging.getLogger("kernel.orchestrate")
 
@@ -96,14 +110,80 @@ def gather_safely(provider: EvidenceProvider, state: ContractClosed) -> tuple[Pr
         return ()
 
 
-def _collect(future: Future[tuple[ProofEvidence, ...]], state: ContractClosed) -> tuple[
-    ProofEvidence, ...
-]:
+@final
+@attrs.frozen
+class _Gathered:
+    """What an evidence task sends back: the evidence and the notes logged meanwhile."""
+
+    evidence: tuple[ProofEvidence, ...]
+    notes: tuple[str, ...]
+
+
+class _ThreadNotes(logging.Filter):
+    """Keeps this thread's records on ``LOG`` (and drops them there); others pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+        self.notes: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread != self.thread:
+            return True
+        self.notes.append(record.getMessage())
+        return False
+
+
+@contextlib.contextmanager
+def _captured_notes() -> Iterator[list[str]]:
+    capture = _ThreadNotes()
+    LOG.addFilter(capture)
     try:
-        return future.result()
-    except Exception as exc:  # the worker died or the task could not be shipped
-        LOG.warning("%s: evidence task failed %s: %s", _label(state), type(exc).__name__, exc)
-        return ()
+        yield capture.notes
+    finally:
+        LOG.removeFilter(capture)
+
+
+def _gather_task(provider: EvidenceProvider, state: ContractClosed) -> _Gathered:
+    """The unit of work that crosses the executor (module level: picklable by reference)."""
+    with _captured_notes() as notes:
+        evidence = gather_safely(provider, state)
+    return _Gathered(evidence, tuple(notes))
+
+
+def _is_gathered(value: object) -> bool:
+    return (
+        isinstance(value, _Gathered)
+        and type(value.evidence) is tuple
+        and all(isinstance(item, ProofEvidence) for item in value.evidence)
+        and type(value.notes) is tuple
+        and all(type(note) is str for note in value.notes)
+    )
+
+
+def _collect(future: Future[_Gathered], state: ContractClosed) -> _Gathered:
+    try:
+        value: object = future.result()
+    except Exception as exc:  # the worker died, was lost, or the task was not shipped
+        return _Gathered(
+            (), (f"{_label(state)}: evidence task failed {type(exc).__name__}: {exc}",)
+        )
+    if not _is_gathered(value):
+        note = f"{_label(state)}: evidence task returned {type(value).__name__}, not evidence"
+        return _Gathered((), (note,))
+    assert isinstance(value, _Gathered)
+    return value
+
+
+def _submit(
+    executor: Executor, provider: EvidenceProvider, state: ContractClosed
+) -> Future[_Gathered] | _Gathered:
+    try:
+        return executor.submit(_gather_task, provider, state)
+    except Exception as exc:  # a broken pool, a task that cannot be pickled, a lost client
+        return _Gathered(
+            (), (f"{_label(state)}: evidence task not submitted {type(exc).__name__}: {exc}",)
+        )
 
 
 def replay_requests(
@@ -112,34 +192,58 @@ def replay_requests(
     provider: EvidenceProvider,
     *,
     executor: Executor | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[ReplayAdapterOutcome, ...]:
     """One outcome per request, in the order given (see the module docstring).
 
     ``executor`` runs ``provider.gather`` per contract-closed attempt; ``None``
     runs it inline, in order. The provider (and the states) must be picklable
-    for a process-based executor.
+    for a process-based executor; when they are not, those attempts get no
+    evidence. ``progress(done, total)``, if given, is called in this thread.
     """
-    staged = [_contract_stage(request, manifest) for request in requests]
-    evidence: dict[int, tuple[ProofEvidence, ...]] = {}
-    if executor is None:
-        for index, stage in enumerate(staged):
-            if isinstance(stage, ContractClosed):
-                evidence[index] = gather_safely(provider, stage)
-    else:
-        futures = {
-            index: executor.submit(gather_safely, provider, stage)
-            for index, stage in enumerate(staged)
-            if isinstance(stage, ContractClosed)
-        }
-        for index, future in futures.items():  # by index: canonical, not completion, order
-            stage = staged[index]
-            assert isinstance(stage, ContractClosed)
-            evidence[index] = _collect(future, stage)
+    total = len(requests)
+    done = 0
+
+    def advance(count: int = 1) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, total)
+
+    if progress is not None:
+        progress(0, total)
+    staged: list[ContractClosed | ReplayAdapterOutcome] = []
+    gathered: dict[int, _Gathered] = {}
+    futures: dict[int, Future[_Gathered]] = {}
+    for index, request in enumerate(requests):
+        stage = _contract_stage(request, manifest)
+        staged.append(stage)
+        if not isinstance(stage, ContractClosed):
+            advance()
+        elif executor is None:
+            gathered[index] = _gather_task(provider, stage)
+            advance()
+        else:
+            submitted = _submit(executor, provider, stage)
+            if isinstance(submitted, _Gathered):
+                gathered[index] = submitted
+                advance()
+            else:
+                futures[index] = submitted
+    for _ in as_completed(futures.values()):  # progress only: results are read by index
+        advance()
+    for index, future in futures.items():
+        stage = staged[index]
+        assert isinstance(stage, ContractClosed)
+        gathered[index] = _collect(future, stage)
     outcomes: list[ReplayAdapterOutcome] = []
     for index, stage in enumerate(staged):
         match stage:
             case ContractClosed():
-                outcomes.append(_proof_stage(stage, evidence[index]))
+                result = gathered[index]
+                for note in result.notes:  # canonical order, whichever process logged it
+                    LOG.warning("%s", note)
+                outcomes.append(_proof_stage(stage, result.evidence))
             case ReplayAdapterResult() | ReplayAdapterRefusal():
                 outcomes.append(stage)
             case _:

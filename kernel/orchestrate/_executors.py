@@ -1,0 +1,251 @@
+"""Executors for the driver's seam: inline, a process pool, or Dask distributed.
+
+Theory of operation (ARCHITECTURE.md "Scale"; ADR-0006; ADR-0008):
+
+- ``open_executor(spec)`` is the one factory. It is a context manager that
+  yields the ``concurrent.futures.Executor`` to hand to ``replay_requests``
+  (``None`` for ``inline``: the driver then gathers in the caller, in order)
+  and closes it on the way out, whether the body returned, raised, or was
+  interrupted (``KeyboardInterrupt``).
+- ``process``: a ``ProcessPoolExecutor`` of ``workers`` processes started with
+  the ``spawn`` context, so no lock, thread or file descriptor state of the
+  driver is inherited. On an error or an interrupt, queued tasks are
+  cancelled and running workers are sent ``SIGINT`` (the external process
+  layer then kills its producer/checker group) before the pool is joined.
+- ``dask``: ``Client(scheduler)`` when an address is given, else a
+  ``distributed.LocalCluster`` of ``workers`` single-threaded worker
+  processes started here; the executor is ``client.get_executor(pure=False)``
+  (``pure=False``: every attempt runs, none is answered from a cache of
+  earlier identical tasks). ``dask``/``distributed`` are imported only here,
+  only for this choice.
+- What runs where never changes an outcome: the executor carries only
+  evidence gathering; the verdict is computed in the caller (ADR-0008).
+- Failures to set an executor up are ``ExecutorSetupError`` with a stable
+  code, before any attempt runs: ``invalid_worker_count``,
+  ``option_conflict``, ``executor_unavailable``, ``scheduler_unreachable``,
+  ``cluster_start_failed``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
+from typing import Final, assert_never, final
+
+import attrs
+
+from kernel.orchestrate.errors import ExecutorSetupError
+
+__all__ = [
+    "MAX_WORKERS",
+    "ExecutorKind",
+    "ExecutorSpec",
+    "check_executor_spec",
+    "open_executor",
+]
+
+MAX_WORKERS: Final = 1024
+_DEFAULT_CONNECT_SECONDS: Final = 10.0
+
+
+class ExecutorKind(enum.Enum):
+    """Where evidence gathering runs."""
+
+    INLINE = "inline"
+    PROCESS = "process"
+    DASK = "dask"
+
+
+def _positive_seconds(_: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{attribute.name} must be a positive number of seconds")
+
+
+@final
+@attrs.frozen
+class ExecutorSpec:
+    """An executor choice, checked by ``open_executor`` (not here, so the CLI can refuse it).
+
+    ``workers`` is the pool size (``process``) or the number of local Dask
+    workers (``dask`` without ``scheduler``); ``scheduler`` is a Dask
+    scheduler address (``tcp://host:8786``); ``connect_seconds`` bounds the
+    connection to it.
+    """
+
+    kind: ExecutorKind = attrs.field(validator=attrs.validators.instance_of(ExecutorKind))
+    workers: int | None = None
+    scheduler: str | None = None
+    connect_seconds: float = attrs.field(
+        default=_DEFAULT_CONNECT_SECONDS, validator=_positive_seconds
+    )
+
+
+def check_executor_spec(spec: ExecutorSpec) -> None:
+    """Refuse a spec that cannot be opened; raises ``ExecutorSetupError``."""
+    workers = spec.workers
+    if workers is not None and (type(workers) is not int or not 1 <= workers <= MAX_WORKERS):
+        raise ExecutorSetupError(
+            "invalid_worker_count",
+            f"the worker count must be an integer in 1..{MAX_WORKERS}, got {workers!r}",
+        )
+    match spec.kind:
+        case ExecutorKind.INLINE:
+            if workers is not None or spec.scheduler is not None:
+                raise ExecutorSetupError(
+                    "option_conflict", "inline runs in this process: no workers or scheduler"
+                )
+        case ExecutorKind.PROCESS:
+            if spec.scheduler is not None:
+                raise ExecutorSetupError(
+                    "option_conflict", "a scheduler address applies to the dask executor only"
+                )
+            if workers is None:
+                raise ExecutorSetupError("invalid_worker_count", "process needs a worker count")
+        case ExecutorKind.DASK:
+            if spec.scheduler is not None and workers is not None:
+                raise ExecutorSetupError(
+                    "option_conflict",
+                    "with a scheduler address the cluster's own workers run the attempts",
+                )
+            if spec.scheduler is None and workers is None:
+                raise ExecutorSetupError("invalid_worker_count", "a local cluster needs a count")
+            if spec.scheduler is not None and not spec.scheduler.strip():
+                raise ExecutorSetupError("scheduler_unreachable", "empty scheduler address")
+        case _:
+            assert_never(spec.kind)
+
+
+@contextlib.contextmanager
+def open_executor(spec: ExecutorSpec) -> Iterator[Executor | None]:
+    """The executor ``spec`` describes, closed on exit (also on errors and interrupts).
+
+    Yields ``None`` for ``inline``. Raises ``ExecutorSetupError`` before
+    yielding when the spec is inconsistent, ``dask``/``distributed`` are not
+    installed, the scheduler cannot be reached within ``connect_seconds``, or
+    a local cluster fails to start.
+    """
+    check_executor_spec(spec)
+    match spec.kind:
+        case ExecutorKind.INLINE:
+            yield None
+        case ExecutorKind.PROCESS:
+            assert spec.workers is not None
+            with _process_pool(spec.workers) as pool:
+                yield pool
+        case ExecutorKind.DASK:
+            with _dask(spec) as executor:
+                yield executor
+        case _:
+            assert_never(spec.kind)
+
+
+def _interrupt_workers(pool: ProcessPoolExecutor) -> None:
+    # The pool keeps its worker processes in a private mapping; stopping them
+    # promptly matters more on an interrupt than waiting for each deadline.
+    processes: object = getattr(pool, "_processes", None)
+    if not isinstance(processes, dict):
+        return
+    for process in list(processes.values()):
+        pid = getattr(process, "pid", None)
+        if isinstance(pid, int) and process.is_alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+    )
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        _interrupt_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _unreachable(address: str, exc: Exception) -> ExecutorSetupError:
+    return ExecutorSetupError("scheduler_unreachable", f"{address}: {type(exc).__name__}: {exc}")
+
+
+def _probe_scheduler(address: str, seconds: float) -> None:
+    """Open and close one plain TCP connection to ``address`` within ``seconds``.
+
+    A ``Client`` that fails to connect is left half-built and, when collected,
+    blocks on closing itself; probing first keeps the refusal prompt and
+    quiet. Other schemes (``tls://``, ``ucx://``) need the security
+    configuration and are left to the ``Client``.
+    """
+    import asyncio
+
+    from distributed.comm.core import connect
+
+    if "://" in address and not address.startswith("tcp://"):
+        return
+
+    async def probe() -> None:
+        comm = await connect(address, timeout=seconds)  # type: ignore[no-untyped-call]
+        await comm.close()
+
+    try:
+        asyncio.run(probe())
+    except Exception as exc:
+        raise _unreachable(address, exc) from exc
+
+
+@contextlib.contextmanager
+def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise ExecutorSetupError(
+            "executor_unavailable",
+            f"dask distributed is not installed ({exc}); install replay-kernel[scale]",
+        ) from exc
+    with contextlib.ExitStack() as stack:
+        if spec.scheduler is None:
+            assert spec.workers is not None
+            try:
+                cluster = stack.enter_context(
+                    LocalCluster(  # type: ignore[no-untyped-call]
+                        n_workers=spec.workers,
+                        threads_per_worker=1,
+                        processes=True,
+                        dashboard_address=None,
+                        # Lost workers and failed tasks become per-attempt notes.
+                        silence_logs=logging.CRITICAL,
+                    )
+                )
+                client = stack.enter_context(
+                    Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]
+                )
+            except Exception as exc:
+                raise ExecutorSetupError(
+                    "cluster_start_failed", f"{type(exc).__name__}: {exc}"
+                ) from exc
+        else:
+            _probe_scheduler(spec.scheduler, spec.connect_seconds)
+            try:
+                client = stack.enter_context(
+                    Client(  # type: ignore[no-untyped-call]
+                        spec.scheduler, timeout=spec.connect_seconds, set_as_default=False
+                    )
+                )
+            except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address
+                raise _unreachable(spec.scheduler, exc) from exc
+        executor = client.get_executor(pure=False)
+        try:
+            yield executor
+        except BaseException:
+            executor.shutdown(wait=False)  # cancels what has not finished
+            raise
+        executor.shutdown(wait=True)
