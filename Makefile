@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)  ## create .venv and install the package with its extras (dev, examples, scale)
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check kernel tests examples
+	$(BIN)/ruff check kernel tests examples bench
 
 typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
 	$(BIN)/mypy --strict kernel tests
@@ -61,3 +61,9 @@ examples-external: $(STAMP)  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -
 	$(BIN)/kernel check run build/external/manifest.json smt-abs-false --repo examples/external \
 	  --job examples/external/jobs/smt-abs-false.json --run-root $(EXTERNAL_RUNS); \
 	  test $$? -eq 1  # a false claim is BLOCKED (exit 1), never PASS
+
+# Side-by-side benchmarks (bench/): variants interleaved over many rounds,
+# reported as ratios with their spread; results are kept in BENCHMARKS.md.
+.PHONY: bench
+bench: $(STAMP)  ## interleaved benchmarks: canonical_json, strict parse, replay (ratios, ~1-2 min)
+	$(BIN)/python -m bench

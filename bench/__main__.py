@@ -1,0 +1,143 @@
+"""``python -m bench``: run every comparison interleaved and print a table of ratios.
+
+    python -m bench                  # the full run recorded in BENCHMARKS.md
+    python -m bench --rounds 7       # a quick look
+    python -m bench --markdown       # also print the tables as Markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from importlib.metadata import version
+
+from rich.console import Console
+from rich.table import Table
+
+from bench._cases import comparisons, load_corpus
+from bench._harness import Ratio, measure
+from bench._validate import census
+from bench._validate import comparison as validate_comparison
+
+
+def _us(values: tuple[float, ...]) -> str:
+    median = statistics.median(values)
+    return f"{median:,.1f}" if median < 1000 else f"{median:,.0f}"
+
+
+def _row(ratio: Ratio) -> tuple[str, ...]:
+    low, high = ratio.extremes
+    q1, q3 = ratio.quartiles
+    return (
+        f"{ratio.baseline.label} / {ratio.variant.label}",
+        _us(ratio.baseline_us),
+        _us(ratio.variant_us),
+        f"{ratio.median:.2f}x",
+        f"{q1:.2f}-{q3:.2f}",
+        f"{low:.2f}-{high:.2f}",
+    )
+
+
+HEADERS = (
+    "group",
+    "case",
+    "baseline / variant",
+    "baseline us/call",
+    "variant us/call",
+    "ratio (median)",
+    "IQR",
+    "min-max",
+)
+
+
+def _share(ratio: Ratio) -> str:
+    share = [v / b for b, v in zip(ratio.baseline_us, ratio.variant_us, strict=True)]
+    return (
+        f"share of validate taken by {ratio.variant.label}: median "
+        f"{statistics.median(share):.0%} (min {min(share):.0%}, max {max(share):.0%})"
+    )
+
+
+def _markdown(rows: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=81, help="interleaved rounds (default 81)")
+    parser.add_argument(
+        "--target-ms", type=float, default=40.0, help="time per variant per round (default 40)"
+    )
+    parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
+    args = parser.parse_args(argv)
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3 (quartiles need them)")
+
+    console = Console() if sys.stdout.isatty() else Console(width=170)
+    started = time.perf_counter()
+    facts = (
+        f"python {platform.python_version()} ({platform.python_implementation()}), "
+        f"{platform.system()} {platform.machine()}, nproc {os.cpu_count()}, "
+        f"orjson {version('orjson')}, rounds {args.rounds}, "
+        f"~{args.target_ms:g} ms per variant per round"
+    )
+    console.print(f"[bold]replay-kernel benchmarks[/bold]: {facts}")
+    corpus = load_corpus()
+    found = census(corpus)
+    work = (*comparisons(corpus), validate_comparison(corpus, found))
+
+    table = Table(title="ratios: baseline time / variant time per round (> 1: variant faster)")
+    for header in HEADERS:
+        table.add_column(header, overflow="fold")
+    rows: list[tuple[str, ...]] = []
+    shares: list[Ratio] = []
+    for item in work:
+        console.print(f"  measuring {item.group}: {item.case} ...", style="dim")
+        ratios = measure(item, rounds=args.rounds, target_s=args.target_ms / 1000)
+        if item.group.startswith("d:"):
+            shares.extend(ratios)
+        for ratio in ratios:
+            row = (item.group, item.case, *_row(ratio))
+            rows.append(row)
+            table.add_row(*row)
+    console.print(table)
+
+    every, distinct, *_ = shares
+    saving = [
+        (a - d) / b
+        for b, a, d in zip(every.baseline_us, every.variant_us, distinct.variant_us, strict=True)
+    ]
+    per_validate = len(found.payloads) / found.validates
+    distinct_per = len(found.distinct) / found.validates
+    callers = ", ".join(f"{name} {count}" for name, count in found.callers.most_common())
+    census_lines = [
+        f"digests per validate: {per_validate:.1f} (distinct {distinct_per:.1f})",
+        f"callers over {found.validates} validates: {callers}",
+        *(_share(ratio) for ratio in shares),
+        "upper bound of the saving from digesting each payload once per validate: "
+        f"median {statistics.median(saving):.1%} "
+        f"(min {min(saving):.1%}, max {max(saving):.1%})",
+    ]
+    console.print("[bold]d: validate digest census[/bold]")
+    for line in census_lines:
+        console.print(f"  {line}")
+    if args.markdown:
+        print()
+        print(f"Machine: {facts}")
+        print()
+        print(_markdown(rows))
+        print()
+        for line in census_lines:
+            print(f"- {line}")
+    console.print(f"done in {time.perf_counter() - started:.0f} s", style="dim")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
