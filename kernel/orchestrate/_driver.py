@@ -15,8 +15,9 @@ Theory of operation (ADR-0229 §5, §12; ADR-0002; ADR-0006):
   ``provider.gather`` (the slow, impure step) is submitted to the executor,
   one task per contract-closed attempt, each submitted as soon as its
   contract stage is done and all before any is awaited.
-- Outcomes are collected by attempt index, never by completion order, so the
-  result is the run's canonical order and byte-identical whichever executor
+- Evidence is stored by attempt index as tasks finish, and outcomes are
+  built by index, never by completion order, so the result is the run's
+  canonical order and byte-identical whichever executor
   ran the work (inline, threads, processes, Dask's ``Client.get_executor()``).
 - A gather that raises, a task that cannot be submitted or pickled, a worker
   that dies or is lost, or a task that returns anything but a gathered
@@ -214,7 +215,7 @@ def replay_requests(
         progress(0, total)
     staged: list[ContractClosed | ReplayAdapterOutcome] = []
     gathered: dict[int, _Gathered] = {}
-    futures: dict[int, Future[_Gathered]] = {}
+    pending: dict[Future[_Gathered], int] = {}
     for index, request in enumerate(requests):
         stage = _contract_stage(request, manifest)
         staged.append(stage)
@@ -229,13 +230,16 @@ def replay_requests(
                 gathered[index] = submitted
                 advance()
             else:
-                futures[index] = submitted
-    for _ in as_completed(futures.values()):  # progress only: results are read by index
-        advance()
-    for index, future in futures.items():
+                pending[submitted] = index
+    # Results are taken as tasks finish and stored by attempt index; each
+    # future is then dropped, so a Dask key is released as soon as it is read
+    # and a later lost worker cannot make the cluster run that attempt again.
+    for future in as_completed(tuple(pending)):
+        index = pending.pop(future)
         stage = staged[index]
         assert isinstance(stage, ContractClosed)
         gathered[index] = _collect(future, stage)
+        advance()
     outcomes: list[ReplayAdapterOutcome] = []
     for index, stage in enumerate(staged):
         match stage:

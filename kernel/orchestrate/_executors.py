@@ -10,14 +10,17 @@ Theory of operation (ARCHITECTURE.md "Scale"; ADR-0006; ADR-0008):
 - ``process``: a ``ProcessPoolExecutor`` of ``workers`` processes started with
   the ``spawn`` context, so no lock, thread or file descriptor state of the
   driver is inherited. On an error or an interrupt, queued tasks are
-  cancelled and running workers are sent ``SIGINT`` (the external process
-  layer then kills its producer/checker group) before the pool is joined.
-- ``dask``: ``Client(scheduler)`` when an address is given, else a
+  cancelled and the workers are sent ``SIGINT`` (a running certification
+  then kills its producer/checker group), joined, and killed if they have
+  not exited after a few seconds.
+- ``dask``: ``Client(scheduler)`` when an address is given (a plain TCP
+  probe first, bounded by ``connect_seconds``), else a
   ``distributed.LocalCluster`` of ``workers`` single-threaded worker
-  processes started here; the executor is ``client.get_executor(pure=False)``
-  (``pure=False``: every attempt runs, none is answered from a cache of
-  earlier identical tasks). ``dask``/``distributed`` are imported only here,
-  only for this choice.
+  processes started here on loopback, without a dashboard, and closed with
+  a short grace period (its nannies then terminate the workers); the
+  executor is ``client.get_executor(pure=False)`` (``pure=False``: every
+  attempt runs, none is answered from a cache of earlier identical tasks).
+  ``dask``/``distributed`` are imported only here, only for this choice.
 - What runs where never changes an outcome: the executor carries only
   evidence gathering; the verdict is computed in the caller (ADR-0008).
 - Failures to set an executor up are ``ExecutorSetupError`` with a stable
@@ -34,9 +37,11 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Final, assert_never, final
+from pathlib import Path
+from typing import Any, Final, assert_never, final
 
 import attrs
 
@@ -52,6 +57,10 @@ __all__ = [
 
 MAX_WORKERS: Final = 1024
 _DEFAULT_CONNECT_SECONDS: Final = 10.0
+_STOP_SECONDS: Final = 5.0  # after an interrupt: SIGINT, then this long, then SIGKILL
+# A local Dask cluster's close: each nanny asks its worker to stop, waits 4 s,
+# then kills it; past this bound the workers are killed here.
+_CLOSE_SECONDS: Final = 20.0
 
 
 class ExecutorKind(enum.Enum):
@@ -145,17 +154,35 @@ def open_executor(spec: ExecutorSpec) -> Iterator[Executor | None]:
             assert_never(spec.kind)
 
 
-def _interrupt_workers(pool: ProcessPoolExecutor) -> None:
-    # The pool keeps its worker processes in a private mapping; stopping them
-    # promptly matters more on an interrupt than waiting for each deadline.
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued tasks and stop running ones now, rather than wait for their deadlines.
+
+    The pool keeps its workers and its manager thread in private attributes
+    that ``shutdown`` clears, so they are read first. Each worker gets
+    ``SIGINT``: a running certification then kills its producer/checker
+    group on the way out (``kernel.external``), and the manager thread joins
+    the workers. Whatever is still alive after ``_STOP_SECONDS`` is killed.
+    """
     processes: object = getattr(pool, "_processes", None)
-    if not isinstance(processes, dict):
+    workers = list(processes.values()) if isinstance(processes, dict) else []
+    manager: object = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    if not isinstance(manager, threading.Thread):
         return
-    for process in list(processes.values()):
-        pid = getattr(process, "pid", None)
-        if isinstance(pid, int) and process.is_alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGINT)
+    for process in workers:
+        _signal(process, signal.SIGINT)
+    manager.join(_STOP_SECONDS)
+    if manager.is_alive():  # the manager has not reaped them: their pids are still theirs
+        for process in workers:
+            _signal(process, signal.SIGKILL)
+        manager.join()
+
+
+def _signal(process: object, signum: signal.Signals) -> None:
+    pid = getattr(process, "pid", None)
+    if isinstance(pid, int):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
 
 
 @contextlib.contextmanager
@@ -166,11 +193,10 @@ def _process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     try:
         yield pool
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        _interrupt_workers(pool)
+        _stop_pool(pool)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)  # a no-op after _stop_pool
 
 
 def _unreachable(address: str, exc: Exception) -> ExecutorSetupError:
@@ -202,6 +228,27 @@ def _probe_scheduler(address: str, seconds: float) -> None:
         raise _unreachable(address, exc) from exc
 
 
+def _close_cluster(cluster: Any) -> None:
+    """Close a local cluster; never raise over the run's own result or exception."""
+    pids = [getattr(nanny, "pid", None) for nanny in dict(cluster.workers).values()]
+    try:
+        cluster.close(timeout=_CLOSE_SECONDS)
+    except Exception:  # a close that times out must not hide the outcome or the interrupt
+        for pid in pids:
+            if isinstance(pid, int) and _is_child(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _is_child(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()  # Linux; elsewhere nothing is killed
+    except OSError:
+        return False
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return fields[0] not in (b"Z", b"X") and int(fields[1]) == os.getpid()
+
+
 @contextlib.contextmanager
 def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
     try:
@@ -215,23 +262,25 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
         if spec.scheduler is None:
             assert spec.workers is not None
             try:
-                cluster = stack.enter_context(
-                    LocalCluster(  # type: ignore[no-untyped-call]
-                        n_workers=spec.workers,
-                        threads_per_worker=1,
-                        processes=True,
-                        dashboard_address=None,
-                        # Lost workers and failed tasks become per-attempt notes.
-                        silence_logs=logging.CRITICAL,
-                    )
-                )
-                client = stack.enter_context(
-                    Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]
+                cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                    n_workers=spec.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",  # the local scheduler listens on loopback only
+                    dashboard_address=None,
+                    # no dashboard; its bare HTTP server on any free loopback port, not 8787
+                    scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+                    # Lost workers and failed tasks become per-attempt notes.
+                    silence_logs=logging.CRITICAL,
                 )
             except Exception as exc:
                 raise ExecutorSetupError(
                     "cluster_start_failed", f"{type(exc).__name__}: {exc}"
                 ) from exc
+            stack.callback(_close_cluster, cluster)
+            client = stack.enter_context(
+                Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]
+            )
         else:
             _probe_scheduler(spec.scheduler, spec.connect_seconds)
             try:
