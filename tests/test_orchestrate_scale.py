@@ -97,6 +97,14 @@ def dask_pool() -> Iterator[Executor]:
 
 
 @pytest.fixture(scope="module")
+def scheduler_address(dask_pool: Executor) -> str:
+    """The shared cluster's scheduler, as a user would pass it to ``--scheduler``."""
+    address = _SHARED_CLUSTERS[0].scheduler_address
+    assert isinstance(address, str) and address.startswith("tcp://127.0.0.1:")
+    return address
+
+
+@pytest.fixture(scope="module")
 def inline(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     work = tmp_path_factory.mktemp("inline") / "work"
     return outcome_lines(replay_bundle(e2e_bundle(), CERTIFIED_MANIFEST, certifier(work)))
@@ -141,6 +149,14 @@ def test_a_dask_cluster_gives_the_inline_bytes(
     assert data == inline
     assert _dispositions(data)[0] == "contract_and_proof_closed"
     assert len(list((tmp_path / "work").iterdir())) == len(CLOSED)
+
+
+def test_a_scheduler_address_gives_the_inline_bytes(
+    tmp_path: Path, inline: bytes, scheduler_address: str
+) -> None:
+    with open_executor(ExecutorSpec(ExecutorKind.DASK, scheduler=scheduler_address)) as pool:
+        data = _run(pool, certifier(tmp_path / "work"))
+    assert data == inline
 
 
 @attrs.frozen
@@ -380,6 +396,19 @@ def test_kernel_run_on_an_executor_writes_the_inline_bytes(
     done = kernel("run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--out", out, *options)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "note:" not in done.stderr
+    assert out.read_bytes() == inline
+
+
+def test_kernel_run_on_a_running_scheduler_writes_the_inline_bytes(
+    tmp_path: Path, inline: bytes, scheduler_address: str
+) -> None:
+    out = tmp_path / "outcomes.jsonl"
+    done = kernel(
+        "run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--out", out, "--quiet",
+        "--executor", "dask", "--scheduler", scheduler_address,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
     assert out.read_bytes() == inline
 
 
