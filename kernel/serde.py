@@ -49,7 +49,9 @@ T = TypeVar("T")
 MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
 MAX_DEPTH: Final = 64
 
-_STRING_LITERAL: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# Unrolled-loop form of "(?:[^"\\]|\\.)*": same language, one regex step per
+# run of plain characters instead of one per character (BENCHMARKS.md).
+_STRING_LITERAL: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKET: Final = re.compile(rb"[\[\]{}]")
 _PATH_SUFFIX: Final = re.compile(r" @ (\$\S*)$")
 

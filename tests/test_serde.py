@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kernel.frames import ProblemFrame, SourceSpan
-from kernel.serde import MAX_DEPTH, SerdeError, dumps, loads, parse_json
+from kernel.serde import MAX_DEPTH, SerdeError, _max_depth, dumps, loads, parse_json
 
 GOOD_SPAN = b'{"start": 1, "end": 3}'
 
@@ -110,3 +113,29 @@ def test_enums_are_read_by_value_only() -> None:
     assert dumps(Paint(Colour.RED)) == b'{"colour":"red"}'
     for bad in (b'{"colour": "RED"}', b'{"colour": 1}', b'{"colour": ["red"]}'):
         assert refused(bad, Paint).code == "schema_mismatch"
+
+
+json_documents = st.recursive(
+    st.none() | st.booleans() | st.integers()
+    | st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
+    | st.sampled_from(['"', "\\", "[", "]", "{", "}", '\\"', '"]', "\\\\"]),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(st.sampled_from('ab"\\[]{}'), max_size=4), children, max_size=3),
+    max_leaves=25,
+)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    return 0
+
+
+@given(json_documents)
+def test_the_depth_pre_scan_equals_the_parsed_depth(value: object) -> None:
+    # Strings full of quotes, backslashes and brackets must not fool the scan.
+    data = json.dumps(value).encode()
+    assert _max_depth(data) == _depth(value)
+    assert _max_depth(json.dumps(value, ensure_ascii=False).encode()) == _depth(value)
