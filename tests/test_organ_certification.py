@@ -79,6 +79,17 @@ from kernel.verification import (
     seal_verification,
 )
 from tests import reference
+from tests.verification_strategies import (
+    canon as _canon,
+)
+from tests.verification_strategies import (
+    receipt_json_without_id,
+    request_json_without_id,
+    resealed_receipt,
+)
+from tests.verification_strategies import (
+    sha as _sha,
+)
 
 CANDIDATE = "ab" * 32
 OTHER_CANDIDATE = "cd" * 32
@@ -87,83 +98,26 @@ TESTER = "session-tester"
 CHECK = hashlib.sha256(b"vkit-smt: z3 produces, cvc5 re-decides").hexdigest()
 TESTER_RUN = Producer(Role.TEST_ENGINEER, TESTER)
 
-# --- the tests' own hasher --------------------------------------------------------
-
-
-def _canon(value: Any) -> bytes:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return text.encode("utf-8")
-
-
-def _sha(value: Any) -> str:
-    return hashlib.sha256(_canon(value)).hexdigest()
-
-
-def _candidate(c: Candidate) -> dict[str, Any]:
-    return {"digest": c.digest, "author_session": c.author_session}
-
-
-def _claim(c: Claim) -> dict[str, Any]:
-    return {"claim_id": c.claim_id, "level": c.level.value, "statement": c.statement}
-
-
-def _configuration(c: CommandConfiguration) -> dict[str, Any]:
-    return {
-        "operation": c.operation,
-        "settings": [{"name": s.name, "value": s.value} for s in c.settings],
-        "arguments": list(c.arguments),
-    }
+# --- the tests' own hasher (shared with the verification tests) ------------------
 
 
 def _request_json(r: VerificationRequest) -> dict[str, Any]:
-    return {
-        "request_id": r.request_id,
-        "candidate": _candidate(r.candidate),
-        "claim": _claim(r.claim),
-        "backend": r.backend,
-        "stage": r.stage.value,
-        "authority": r.authority.value,
-        "expected_result": r.expected_result.value,
-        "command_configuration": _configuration(r.command_configuration),
-        "activation": r.activation.value,
-        "requested_by": r.requested_by.value,
-    }
+    return {"request_id": r.request_id, **request_json_without_id(r)}
 
 
 def _receipt_json(r: VerificationReceipt) -> dict[str, Any]:
-    return {
-        "receipt_id": r.receipt_id,
-        "request_id": r.request_id,
-        "candidate": _candidate(r.candidate),
-        "claim": _claim(r.claim),
-        "backend": r.backend,
-        "backend_version": r.backend_version,
-        "command_configuration": _configuration(r.command_configuration),
-        "evidence_digest": r.evidence_digest,
-        "stage": r.stage.value,
-        "authority": r.authority.value,
-        "status": r.status.value,
-        "evidence_tier": r.evidence_tier.value,
-        "backend_verdict": r.backend_verdict.value,
-        "produced_by": {"role": r.produced_by.role.value, "session": r.produced_by.session},
-    }
+    return {"receipt_id": r.receipt_id, **receipt_json_without_id(r)}
 
 
 def _request_id(r: VerificationRequest) -> str:
-    payload = _request_json(r)
-    del payload["request_id"]
-    return _sha(payload)
+    return _sha(request_json_without_id(r))
 
 
 def _receipt_id(r: VerificationReceipt) -> str:
-    payload = _receipt_json(r)
-    del payload["receipt_id"]
-    return _sha(payload)
+    return _sha(receipt_json_without_id(r))
 
 
-def _resealed(r: VerificationReceipt, **changes: Any) -> VerificationReceipt:
-    changed = attrs.evolve(r, **changes)
-    return attrs.evolve(changed, receipt_id=_receipt_id(changed))
+_resealed = resealed_receipt
 
 
 # --- the real solvers ---------------------------------------------------------------
