@@ -29,6 +29,7 @@ from kernel.identity import JsonValue, canonical_json, digest
 __all__ = [
     "TreeEntry",
     "list_digest",
+    "open_regular",
     "read_capped",
     "sha256_nofollow",
     "walk_tree",
@@ -61,12 +62,27 @@ def write_json_atomic(path: Path, value: JsonValue) -> bytes:
     return data
 
 
-def sha256_nofollow(path: Path) -> str:
-    """SHA-256 of a regular file, refusing a symlink at the last component."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def open_regular(path: Path | str, *, follow_symlinks: bool = False) -> int:
+    """A read-only descriptor of a regular file; raises ``OSError`` for anything else.
+
+    ``O_NONBLOCK``: opening a FIFO never waits for a writer (it is then refused
+    as not regular); reads of a regular file are unaffected.
+    """
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = os.open(path, flags if follow_symlinks else flags | os.O_NOFOLLOW)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def sha256_nofollow(path: Path) -> str:
+    """SHA-256 of a regular file, refusing a symlink at the last component."""
+    fd = open_regular(path)
+    try:
         hasher = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             hasher.update(chunk)
@@ -75,12 +91,11 @@ def sha256_nofollow(path: Path) -> str:
         os.close(fd)
 
 
-def read_capped(path: Path, limit: int) -> bytes:
-    """At most ``limit + 1`` bytes of a regular file (no symlink at the last component)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def read_capped(path: Path | str, limit: int, *, follow_symlinks: bool = False) -> bytes:
+    """At most ``limit + 1`` bytes of a regular file (no symlink at the last component
+    unless ``follow_symlinks``); a FIFO, device or directory raises ``OSError``."""
+    fd = open_regular(path, follow_symlinks=follow_symlinks)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
         chunks: list[bytes] = []
         remaining = limit + 1
         while remaining > 0 and (chunk := os.read(fd, min(_CHUNK, remaining))):

@@ -15,6 +15,7 @@ from typing import Final, final
 
 import attrs
 
+from kernel.external._files import read_capped
 from kernel.external._manifest import check_identifier
 from kernel.external.errors import JobError, ManifestError
 from kernel.identity import digest
@@ -68,10 +69,9 @@ def load_job(path: Path) -> Job:
     (``job_digest_mismatch``), not a malformed document.
     """
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_JOB_BYTES + 1)
-    except OSError as exc:
-        raise JobError("job_unreadable", f"{path}: {exc.strerror}") from exc
+        data = read_capped(path, MAX_JOB_BYTES, follow_symlinks=True)
+    except OSError as exc:  # also a FIFO, device or directory: refused, never read
+        raise JobError("job_unreadable", f"{path}: {exc.strerror or exc}") from exc
     try:
         return loads(data, Job, max_bytes=MAX_JOB_BYTES)
     except SerdeError as exc:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Final, final
 
@@ -300,6 +301,18 @@ def _check_within_root(root: Path, relative: str) -> None:
         )
 
 
+def _read_regular(path: Path, limit: int) -> bytes:
+    # O_NONBLOCK: opening a FIFO does not wait for a writer; it is then refused.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
 def load_manifest(path: Path, *, repository_root: Path) -> Manifest:
     """Read, parse and structure a manifest file strictly; raises ``ManifestError``.
 
@@ -307,10 +320,9 @@ def load_manifest(path: Path, *, repository_root: Path) -> Manifest:
     (seed 003: paths are refused when the manifest loads, not when used).
     """
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_MANIFEST_BYTES + 1)
-    except OSError as exc:
-        raise ManifestError("manifest_unreadable", f"{path}: {exc.strerror}") from exc
+        data = _read_regular(path, MAX_MANIFEST_BYTES)
+    except OSError as exc:  # also a FIFO, device or directory: refused, never read
+        raise ManifestError("manifest_unreadable", f"{path}: {exc.strerror or exc}") from exc
     try:
         value = parse_json(data, max_bytes=MAX_MANIFEST_BYTES)
     except SerdeError as exc:

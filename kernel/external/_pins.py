@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections.abc import Iterable
 from typing import Final, final
 
 import attrs
 
+from kernel.external._files import open_regular
 from kernel.external._manifest import Pin
 from kernel.external.errors import PinMismatchError
 
@@ -31,10 +31,8 @@ _CHUNK: Final = 1024 * 1024
 
 def file_sha256(path: str) -> str:
     """SHA-256 of the regular file reached through ``path``; raises ``OSError``."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_regular(path, follow_symlinks=True)  # a FIFO is refused, never waited on
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
         hasher = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             hasher.update(chunk)

@@ -1,0 +1,128 @@
+"""Red-team tests of the impure edge: kernel.external, kernel.orchestrate, the check/run CLI.
+
+Each test is an attack with real subprocesses and real files. Where the kernel
+was wrong, the test was written first and failed; where the attack is a
+documented non-guarantee (ADR-0004 "What is not guaranteed"), the test pins
+down what does and does not hold, and cleans up after itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from kernel.external import (
+    JobError,
+    ManifestError,
+    Reason,
+    RunLimits,
+    RunOutcome,
+    RunRecordError,
+    Status,
+    default_environment,
+    load_job,
+    load_manifest,
+    replay_run,
+)
+from tests.test_external_helpers import HONEST_PRODUCER, Scenario, assert_no_leftover
+
+T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    yield
+    assert_no_leftover(tmp_path)
+
+
+def _replay(run_dir: str | Path, replay_id: str = "replay-1", **kwargs: Any) -> RunOutcome:
+    return replay_run(
+        Path(run_dir),
+        replay_id=replay_id,
+        limits=RunLimits(30.0, 30.0),
+        environment=default_environment(),
+        **kwargs,
+    )
+
+
+def _release(fifo: Path) -> None:
+    """Unblock a reader stuck opening ``fifo``: open its write end once, close it (EOF)."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _within(seconds: float, fifo: Path, action: Callable[[], T]) -> T:
+    """``action()`` in a thread; fail (after releasing ``fifo``) if it is still blocked."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = action()
+        except BaseException as exc:  # re-raised in the test's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        while worker.is_alive():
+            _release(fifo)
+            worker.join(0.1)
+        pytest.fail(f"blocked on the FIFO {fifo} for more than {seconds}s")
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
+
+
+# --- FIFOs where a regular file is expected: refused, never a hang ----------------------
+
+
+def test_replay_of_a_run_whose_metadata_is_a_fifo_is_refused_not_hung(tmp_path: Path) -> None:
+    run = Scenario(tmp_path).run()
+    metadata = Path(run.attempt_dir, "metadata.json")
+    metadata.unlink()
+    os.mkfifo(metadata)
+    with pytest.raises(RunRecordError) as caught:
+        _within(5.0, metadata, lambda: _replay(run.attempt_dir))
+    assert caught.value.code == "metadata_unreadable"
+
+
+def test_replay_of_a_run_whose_job_is_a_fifo_is_refused_not_hung(tmp_path: Path) -> None:
+    run = Scenario(tmp_path).run()
+    job = Path(run.attempt_dir, "job.json")
+    job.unlink()
+    os.mkfifo(job)
+    with pytest.raises(RunRecordError) as caught:
+        _within(5.0, job, lambda: _replay(run.attempt_dir))
+    assert caught.value.code == "retained_job_unreadable"
+
+
+def test_a_job_or_manifest_that_is_a_fifo_is_refused_not_hung(tmp_path: Path) -> None:
+    fifo = tmp_path / "document.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(JobError) as job:
+        _within(5.0, fifo, lambda: load_job(fifo))
+    assert job.value.code == "job_unreadable"
+    with pytest.raises(ManifestError) as manifest:
+        _within(5.0, fifo, lambda: load_manifest(fifo, repository_root=tmp_path))
+    assert manifest.value.code == "manifest_unreadable"
+
+
+def test_a_pinned_file_replaced_by_a_fifo_blocks_the_run_not_hangs_it(tmp_path: Path) -> None:
+    # The producer swaps the checker's pinned helper for a FIFO: the pin
+    # re-check before the checker launch must refuse it, not wait for a writer.
+    helper = tmp_path / "helper.py"
+    helper.write_text("VALUE = 1\n")
+    producer = HONEST_PRODUCER + f"os.unlink({str(helper)!r}); os.mkfifo({str(helper)!r})\n"
+    scenario = Scenario(tmp_path, producer=producer, checker_deps=(helper,))
+    outcome = _within(10.0, helper, scenario.run)
+    assert outcome.status is Status.BLOCKED
+    assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
+    assert outcome.metadata.checker is None
