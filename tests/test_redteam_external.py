@@ -126,3 +126,60 @@ def test_a_pinned_file_replaced_by_a_fifo_blocks_the_run_not_hangs_it(tmp_path: 
     assert outcome.status is Status.BLOCKED
     assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
     assert outcome.metadata.checker is None
+
+
+# --- trees the producer builds to crash the walk, and paths that are not UTF-8 --------
+
+
+def _remove_chain(top: Path, name: str) -> None:
+    """Remove ``top/name/name/...`` bottom-up through directory descriptors.
+
+    ``shutil.rmtree`` recurses once per level, and the chain's paths may be
+    longer than ``PATH_MAX``, so walk down and back up with ``dir_fd``.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd, depth = os.open(top, flags), 0
+    try:
+        while True:
+            try:
+                inner = os.open(name, flags, dir_fd=fd)
+            except FileNotFoundError:
+                break
+            os.close(fd)
+            fd, depth = inner, depth + 1
+        for _ in range(depth):
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+_DEEP = """
+def chain(root, name, depth):
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir(name, dir_fd=fd)
+        inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+"""
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [("evidence", Reason.ARTIFACT_UNDECLARED), ("snapshot", Reason.SNAPSHOT_CHANGED)],
+)
+def test_a_directory_chain_deeper_than_the_recursion_limit_blocks_not_crashes(
+    tmp_path: Path, where: str, reason: Reason
+) -> None:
+    producer = HONEST_PRODUCER + _DEEP + f"chain(request['paths'][{where!r}], 'd', 1200)\n"
+    scenario = Scenario(tmp_path, producer=producer)
+    try:
+        outcome = scenario.run()
+        assert outcome.status is Status.BLOCKED and outcome.reason is reason
+        assert Path(outcome.attempt_dir, "metadata.json").is_file()
+    finally:
+        _remove_chain(scenario.run_root / "run-1" / where, "d")

@@ -111,10 +111,16 @@ TreeEntry = tuple[str, str]
 
 
 def walk_tree(root: Path) -> tuple[TreeEntry, ...]:
-    """Every entry under ``root`` (never following symlinks), sorted by path."""
-    entries: list[TreeEntry] = []
+    """Every entry under ``root`` (never following symlinks), sorted by path.
 
-    def visit(directory: Path, prefix: str) -> None:
+    Iterative, so a directory chain deeper than the interpreter's recursion
+    limit (a producer can build one) is walked, not a ``RecursionError``; a
+    path past ``PATH_MAX`` is an ``OSError`` like any other I/O failure.
+    """
+    entries: list[TreeEntry] = []
+    pending: list[tuple[Path, str]] = [(root, "")]
+    while pending:
+        directory, prefix = pending.pop()
         with os.scandir(directory) as it:
             for item in it:
                 relative = f"{prefix}{item.name}"
@@ -123,13 +129,11 @@ def walk_tree(root: Path) -> tuple[TreeEntry, ...]:
                     entries.append((relative, "symlink"))
                 elif stat.S_ISDIR(mode):
                     entries.append((relative, "dir"))
-                    visit(Path(item.path), f"{relative}/")
+                    pending.append((Path(item.path), f"{relative}/"))
                 elif stat.S_ISREG(mode):
                     entries.append((relative, "file"))
                 else:
                     entries.append((relative, "other"))
-
-    visit(root, "")
     return tuple(sorted(entries))
 
 
