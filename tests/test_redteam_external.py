@@ -21,6 +21,7 @@ from kernel.external import (
     JobError,
     ManifestError,
     Reason,
+    RunDirectoryError,
     RunLimits,
     RunOutcome,
     RunRecordError,
@@ -183,3 +184,38 @@ def test_a_directory_chain_deeper_than_the_recursion_limit_blocks_not_crashes(
         assert Path(outcome.attempt_dir, "metadata.json").is_file()
     finally:
         _remove_chain(scenario.run_root / "run-1" / where, "d")
+
+
+def test_a_path_past_path_max_with_undecodable_names_blocks_with_metadata(tmp_path: Path) -> None:
+    # 30 levels of 200 undecodable bytes: walking evidence/ hits ENAMETOOLONG on a
+    # path that is not UTF-8; the run must still end BLOCKED with its metadata.
+    name = "os.fsdecode(b'\\xff' * 200)"
+    producer = HONEST_PRODUCER + _DEEP + f"chain(request['paths']['evidence'], {name}, 30)\n"
+    scenario = Scenario(tmp_path, producer=producer)
+    try:
+        outcome = scenario.run()
+        assert outcome.status is Status.BLOCKED
+        assert outcome.reason in (Reason.IO_ERROR, Reason.ARTIFACT_UNDECLARED)
+        stored = Path(outcome.attempt_dir, "metadata.json").read_bytes()
+        assert stored.decode("utf-8")  # strict UTF-8, canonical
+    finally:
+        _remove_chain(scenario.run_root / "run-1" / "evidence", os.fsdecode(b"\xff" * 200))
+
+
+def test_a_run_root_or_manifest_path_that_is_not_utf8_is_refused_before_running(
+    tmp_path: Path,
+) -> None:
+    scenario = Scenario(tmp_path)
+    scenario.run_root = tmp_path / os.fsdecode(b"runs-\xff")
+    with pytest.raises(RunDirectoryError) as root:
+        scenario.run()
+    assert root.value.code == "path_not_utf8"
+    assert not (scenario.run_root / "run-1").exists()
+    scenario.run_root = tmp_path / "runs"
+    renamed = tmp_path / os.fsdecode(b"manifest-\xfe.json")
+    scenario.manifest_path.rename(renamed)
+    scenario.manifest_path = renamed
+    with pytest.raises(RunDirectoryError) as manifest:
+        scenario.run()
+    assert manifest.value.code == "path_not_utf8"
+    assert not (scenario.run_root / "run-1").exists()

@@ -42,6 +42,7 @@ from kernel.external._run import (
     freeze_snapshot,
     fresh_attempt,
     hash_evidence,
+    require_utf8_path,
 )
 from kernel.external.errors import JobError, RunRecordError
 from kernel.serde import SerdeError, loads
@@ -95,6 +96,8 @@ def replay_run(
     manifest_file = manifest_path or Path(original.manifest_path)
     root = repository_root or Path(original.repository_root)
     entry = load_manifest(manifest_file, repository_root=root).entry(original.check_id)
+    require_utf8_path(os.path.abspath(manifest_file), "manifest path")
+    require_utf8_path(os.path.abspath(root), "repository root")
     attempt = fresh_attempt(run_dir / "replays", replay_id)
     rec = _Recorder(
         kind=RunKind.REPLAY,

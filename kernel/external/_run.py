@@ -177,6 +177,9 @@ class _Recorder:
     verdict: Verdict | None = None
 
     def freeze(self, status: Status, reason: Reason | None, detail: str) -> RunMetadata:
+        # A detail can quote a path a command created with undecodable bytes
+        # (an OSError's filename); the metadata is strict UTF-8, so escape them.
+        detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
         return RunMetadata(
             METADATA_SCHEMA_VERSION,
             self.kind,
@@ -231,15 +234,27 @@ class _Attempt:
         }
 
 
+def require_utf8_path(path: Path | str, what: str) -> None:
+    """Refuse a path that is not valid UTF-8: requests and metadata are strict JSON."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RunDirectoryError(
+            "path_not_utf8", f"{what} {os.fspath(path)!r} is not valid UTF-8"
+        ) from exc
+
+
 def fresh_attempt(parent: Path, attempt_id: str) -> _Attempt:
     """Create ``parent/attempt_id``; raises ``RunDirectoryError`` if it exists."""
     try:
         check_identifier(attempt_id, "run id")
     except ManifestError as exc:
         raise RunDirectoryError("invalid_run_id", exc.message) from exc
+    require_utf8_path(os.path.abspath(parent), "run root")
     try:
         parent.mkdir(parents=True, exist_ok=True)
         root = Path(os.path.realpath(parent)) / attempt_id
+        require_utf8_path(root, "attempt directory")
         root.mkdir()
     except FileExistsError as exc:
         raise RunDirectoryError("run_dir_exists", f"{parent / attempt_id} already exists") from exc
@@ -592,8 +607,11 @@ def run_check(
 
     Returns PASS only for an accepting valid receipt, else BLOCKED with a
     ``Reason``. Raises ``RunDirectoryError`` if ``run_root/run_id`` cannot be
-    created fresh or its metadata cannot be written.
+    created fresh (or a path it records is not UTF-8: ``path_not_utf8``) or its
+    metadata cannot be written.
     """
+    require_utf8_path(os.path.abspath(manifest_path), "manifest path")
+    require_utf8_path(os.path.abspath(repository_root), "repository root")
     attempt = fresh_attempt(run_root, run_id)
     rec = _Recorder(
         kind=RunKind.RUN,
