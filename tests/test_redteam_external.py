@@ -219,3 +219,33 @@ def test_a_run_root_or_manifest_path_that_is_not_utf8_is_refused_before_running(
         scenario.run()
     assert manifest.value.code == "path_not_utf8"
     assert not (scenario.run_root / "run-1").exists()
+
+
+# --- the run directory itself: the kernel never writes through a planted symlink ------
+
+
+@pytest.mark.parametrize("role", ["producer", "checker"])
+def test_a_command_that_swaps_its_role_directory_for_a_symlink_is_tampering(
+    tmp_path: Path, role: str
+) -> None:
+    # The command moves its own producer/ or checker/ away and leaves a symlink
+    # to it: the kernel must not write its logs there, nor read a receipt there.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    swap = (
+        "import os, sys, json\n"
+        "directory = os.path.dirname(sys.argv[1])\n"
+        f"os.rename(directory, {str(outside / 'moved')!r})\n"
+        f"os.symlink({str(outside / 'moved')!r}, directory)\n"
+    )
+    if role == "producer":
+        scenario = Scenario(tmp_path, producer=HONEST_PRODUCER + swap)
+    else:
+        custom = swap.replace("sys.argv[1]", "receipt_path")
+        scenario = Scenario(tmp_path, checker_custom=custom)
+    outcome = scenario.run()
+    assert outcome.status is Status.BLOCKED
+    assert outcome.reason is Reason.RUN_DIR_TAMPERED, outcome.metadata.detail
+    assert sorted(p.name for p in (outside / "moved").iterdir()) == (
+        ["request.json"] if role == "producer" else ["receipt.json", "request.json"]
+    )

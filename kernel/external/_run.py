@@ -15,7 +15,9 @@ is a guard: the first that fails ends the run BLOCKED with its ``Reason``):
    appeared, and ``evidence/`` holds exactly the declared artifacts as
    regular files (missing, symlinked, non-regular or undeclared entries are
    typed failures); hash them; anything the producer wrote to its own
-   ``{{receipt}}`` is never read;
+   ``{{receipt}}`` is never read; after each command its own role directory
+   (``producer/``, ``checker/``) must still be a plain directory, or nothing
+   more is written or read there (``run_dir_tampered``);
 7. write a fresh checker request from the manifest and job; re-check every
    pin; launch the checker;
 8. after it exits: pins, snapshot and evidence are unchanged; exit status 0
@@ -426,9 +428,14 @@ def launch(
         stderr_limit=limits.output_limit_bytes,
     )
     directory = attempt.role_dir(role)
+    summary = summarize_process(result)
+    if not _is_real_directory(directory):
+        # Never write (logs) or read (a receipt) through a directory the command swapped.
+        raise _Block(
+            Reason.RUN_DIR_TAMPERED, f"{role}/ is no longer a plain directory", summary
+        )
     write_atomic(directory / "stdout.log", result.stdout)
     write_atomic(directory / "stderr.log", result.stderr)
-    summary = summarize_process(result)
     if result.status is not ProcessStatus.EXITED or result.returncode != 0:
         raise _Block(_reason_for(role, result.status), f"{role} {result.detail}", summary)
     return summary
