@@ -30,7 +30,9 @@ from kernel.external import (
     load_job,
     load_manifest,
     replay_run,
+    seal_job,
 )
+from kernel.serde import dumps
 from tests.test_external_helpers import HONEST_PRODUCER, Scenario, assert_no_leftover
 
 T = TypeVar("T")
@@ -249,3 +251,43 @@ def test_a_command_that_swaps_its_role_directory_for_a_symlink_is_tampering(
     assert sorted(p.name for p in (outside / "moved").iterdir()) == (
         ["request.json"] if role == "producer" else ["receipt.json", "request.json"]
     )
+
+
+# --- replay of a tampered run directory ---------------------------------------------
+
+
+def test_replay_never_follows_a_replays_symlink_planted_in_the_run(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    replays = "os.path.join(request['paths']['run_dir'], 'replays')"
+    plant = f"os.symlink({str(elsewhere)!r}, {replays})\n"
+    run = Scenario(tmp_path, producer=HONEST_PRODUCER + plant).run()
+    assert run.status is Status.PASS  # replays/ is not the run's business
+    with pytest.raises(RunRecordError) as caught:
+        _replay(run.attempt_dir)
+    assert caught.value.code == "replays_not_directory"
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_replay_of_a_run_whose_job_was_swapped_is_refused(tmp_path: Path) -> None:
+    scenario = Scenario(tmp_path)
+    run = scenario.run()
+    # another job, correctly sealed, for the same check: replay must not bind to it
+    other = seal_job("job-2", "demo", "a job this run never ran")
+    Path(run.attempt_dir, "job.json").write_bytes(dumps(other) + b"\n")
+    with pytest.raises(RunRecordError) as caught:
+        _replay(run.attempt_dir)
+    assert caught.value.code == "retained_job_mismatch"
+    assert not Path(run.attempt_dir, "replays", "replay-1").exists()
+
+
+def test_replay_of_a_run_whose_job_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    run = Scenario(tmp_path).run()
+    job = Path(run.attempt_dir, "job.json")
+    copy = tmp_path / "job-copy.json"
+    copy.write_bytes(job.read_bytes())
+    job.unlink()
+    job.symlink_to(copy)
+    with pytest.raises(RunRecordError) as caught:
+        _replay(run.attempt_dir)
+    assert caught.value.code == "retained_job_unreadable"

@@ -2,8 +2,10 @@
 
 Theory of operation (seed 003, "Replay"):
 
-- the retained ``metadata.json`` and ``job.json`` are read back strictly; the
-  stored status, verdict and receipt are never used as a checking result;
+- the retained ``metadata.json`` and ``job.json`` are read back strictly
+  (regular files, no symlink), and the job must be the one the metadata
+  records; ``replays/`` must be absent or a plain directory (never followed);
+  the stored status, verdict and receipt are never used as a checking result;
 - the *current* manifest entry (re-loaded from the recorded manifest path
   unless overridden) gives the specification, obligations and identity; the
   identity is rebuilt, so every pin must hold now;
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from kernel.external._files import list_digest, read_capped
-from kernel.external._job import Job, load_job
+from kernel.external._files import list_digest, read_capped, write_atomic
+from kernel.external._job import MAX_JOB_BYTES, Job
 from kernel.external._manifest import load_manifest
 from kernel.external._outcome import Reason, RunKind, RunMetadata, RunOutcome
 from kernel.external._run import (
@@ -44,7 +47,7 @@ from kernel.external._run import (
     hash_evidence,
     require_utf8_path,
 )
-from kernel.external.errors import JobError, RunRecordError
+from kernel.external.errors import RunRecordError
 from kernel.serde import SerdeError, loads
 
 __all__ = ["read_run_metadata", "replay_run"]
@@ -64,11 +67,37 @@ def read_run_metadata(path: Path) -> RunMetadata:
         raise RunRecordError(f"metadata_{exc.code}", f"{exc.path}: {exc.message}") from exc
 
 
-def _read_job(path: Path) -> Job:
+def _read_job(path: Path, original: RunMetadata) -> tuple[Job, bytes]:
+    """The retained job (no symlink, regular file) and its bytes; it must be the run's."""
     try:
-        return load_job(path)
-    except JobError as exc:
-        raise RunRecordError(f"retained_{exc.code}", exc.message) from exc
+        data = read_capped(path, MAX_JOB_BYTES)
+    except OSError as exc:
+        raise RunRecordError("retained_job_unreadable", f"{path}: {exc.strerror or exc}") from exc
+    try:
+        job = loads(data, Job, max_bytes=MAX_JOB_BYTES)
+    except SerdeError as exc:
+        raise RunRecordError(f"retained_job_{exc.code}", f"{exc.path}: {exc.message}") from exc
+    if (job.job_id, job.job_digest, job.check_id) != (
+        original.job_id,
+        original.job_digest,
+        original.check_id,
+    ):
+        raise RunRecordError(
+            "retained_job_mismatch", f"{path} is not the job the run's metadata records"
+        )
+    return job, data
+
+
+def _replays_parent(run_dir: Path) -> Path:
+    """``run_dir/replays``, which must be absent or a plain directory (never followed)."""
+    replays = run_dir / "replays"
+    try:
+        mode = os.lstat(replays).st_mode
+    except FileNotFoundError:
+        return replays
+    if not stat.S_ISDIR(mode):
+        raise RunRecordError("replays_not_directory", f"{replays} is not a plain directory")
+    return replays
 
 
 def replay_run(
@@ -92,13 +121,13 @@ def replay_run(
     original = read_run_metadata(run_dir / "metadata.json")
     if original.kind is not RunKind.RUN:
         raise RunRecordError("not_a_run", f"{run_dir} holds a {original.kind.value}, not a run")
-    job = _read_job(run_dir / "job.json")
+    job, job_bytes = _read_job(run_dir / "job.json", original)
     manifest_file = manifest_path or Path(original.manifest_path)
     root = repository_root or Path(original.repository_root)
     entry = load_manifest(manifest_file, repository_root=root).entry(original.check_id)
     require_utf8_path(os.path.abspath(manifest_file), "manifest path")
     require_utf8_path(os.path.abspath(root), "repository root")
-    attempt = fresh_attempt(run_dir / "replays", replay_id)
+    attempt = fresh_attempt(_replays_parent(run_dir), replay_id)
     rec = _Recorder(
         kind=RunKind.REPLAY,
         run_id=replay_id,
@@ -111,7 +140,7 @@ def replay_run(
     )
 
     def body() -> None:
-        shutil.copyfile(run_dir / "job.json", attempt.root / "job.json", follow_symlinks=False)
+        write_atomic(attempt.root / "job.json", job_bytes)
         check_job(job, entry)
         identity = build_identity(entry, rec, attempt)
         if progress is not None:
