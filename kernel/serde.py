@@ -50,8 +50,11 @@ MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
 MAX_DEPTH: Final = 64
 
 # Unrolled-loop form of "(?:[^"\\]|\\.)*": same language, one regex step per
-# run of plain characters instead of one per character (BENCHMARKS.md).
-_STRING_LITERAL: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# run of plain characters instead of one per character (BENCHMARKS.md). A
+# string that never closes runs to the end of the data (JSON reads no bracket
+# inside it either): otherwise the failed match would restart at every
+# escaped quote and rescan to the end, quadratic in the document size.
+_STRING_LITERAL: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _BRACKET: Final = re.compile(rb"[\[\]{}]")
 _PATH_SUFFIX: Final = re.compile(r" @ (\$\S*)$")
 
