@@ -32,6 +32,7 @@ from kernel.external import (
     replay_run,
     seal_job,
 )
+from kernel.orchestrate import replay_requests
 from kernel.serde import dumps
 from tests.test_external_helpers import HONEST_PRODUCER, Scenario, assert_no_leftover
 
@@ -291,3 +292,38 @@ def test_replay_of_a_run_whose_job_is_a_symlink_is_refused(tmp_path: Path) -> No
     with pytest.raises(RunRecordError) as caught:
         _replay(run.attempt_dir)
     assert caught.value.code == "retained_job_unreadable"
+
+
+# --- the certifier binds what ran to the problem it planned --------------------------
+
+
+def test_a_pass_for_another_specification_never_closes_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A concurrent writer (simulated here, deterministically) replaces the
+    # certification problem between the certifier writing it and run_check
+    # freezing it. z3 and cvc5 really run, on a trivially unsat problem, and
+    # PASS: that PASS is about another specification and must not close.
+    import kernel.orchestrate._certifier as certifier_module
+    from kernel.external import run_check as real_run_check
+    from kernel.organs import CERTIFIED_MANIFEST
+    from kernel.replay import ReplayDisposition, requests_from_bundle
+    from tests.orchestrate_helpers import certifier, e2e_bundle
+
+    seen: list[RunOutcome] = []
+
+    def swapped(*args: Any, **kwargs: Any) -> RunOutcome:
+        problem = Path(kwargs["repository_root"]) / "certification.smt2"
+        problem.write_text("(set-logic QF_LIA)\n(assert false)\n(check-sat)\n")
+        seen.append(real_run_check(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(certifier_module, "run_check", swapped)
+    work = tmp_path / "work"
+    with caplog.at_level("WARNING", logger="kernel.orchestrate"):
+        (outcome,) = replay_requests(
+            (requests_from_bundle(e2e_bundle())[0],), CERTIFIED_MANIFEST, certifier(work)
+        )
+    assert [o.status for o in seen] == [Status.PASS]  # the pair accepted the swapped problem
+    assert outcome.replay_disposition is ReplayDisposition.CONTRACT_CLOSED_BUT_PROOF_REFUSED
+    assert "not the planned problem" in caplog.text

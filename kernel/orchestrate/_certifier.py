@@ -12,7 +12,9 @@ Theory of operation (ADR-0006; seed 003; ADR-0003 "Receipt bridge"), for one
    ``manifest.json`` (the pinned entry, loaded back strictly), and ``run/``
    (``run_check`` with job ``certify-<attempt_id>``: z3 produces, cvc5
    checks);
-4. the ``RunOutcome`` becomes the backend output document (``vkit-smt``,
+4. a PASS counts only if the run's specification digest is the planned
+   problem's digest and its check digest the planned check's (else no
+   evidence); the ``RunOutcome`` becomes the backend output document (``vkit-smt``,
    ``backend_version`` = check digest, verdict ``verified`` for PASS and
    ``unknown`` for BLOCKED with the reason in ``detail``; ``evidence`` = the
    retained digests);
@@ -69,6 +71,7 @@ from kernel.organs import (
     CertificationEvidence,
     certification_problem,
     certification_spec,
+    problem_digest,
 )
 from kernel.replay import ContractClosed, ProofEvidence
 from kernel.serde import dumps, unstructure
@@ -219,6 +222,13 @@ class ExternalCertifier:
         if isinstance(plan, Rejection):
             raise _NoEvidence(f"planning rejected: {plan.code.value}: {plan.message}")
         outcome = self._run(replay_input.attempt_id, replay_input.candidate_digest, problem)
+        ran = (outcome.metadata.specification_digest, outcome.metadata.check_digest)
+        if outcome.status is Status.PASS and ran != (problem_digest(problem), check_digest):
+            # The plan binds the problem and the check; a PASS about anything else
+            # (the specification changed on disk before the snapshot) closes nothing.
+            raise _NoEvidence(
+                "the run's specification or check digest is not the planned problem's"
+            )
         output = backend_output(
             outcome,
             candidate_digest=replay_input.candidate_digest,
