@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -327,3 +332,62 @@ def test_a_pass_for_another_specification_never_closes_the_target(
     assert [o.status for o in seen] == [Status.PASS]  # the pair accepted the swapped problem
     assert outcome.replay_disposition is ReplayDisposition.CONTRACT_CLOSED_BUT_PROOF_REFUSED
     assert "not the planned problem" in caplog.text
+
+
+# --- kernel run under SIGTERM: the running certification's processes die with it ------
+
+_MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
+
+
+def _venv_with_a_slow_z3(tmp_path: Path) -> Path:
+    """A venv-shaped directory whose ``z3`` never answers (the interpreter is the real one)."""
+    config = Path(sys.prefix) / "pyvenv.cfg"
+    if not config.is_file():
+        pytest.skip("needs the tests to run from a virtual environment")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    shutil.copyfile(config, venv / "pyvenv.cfg")
+    (venv / "lib").symlink_to(Path(sys.prefix) / "lib")
+    (venv / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    z3 = venv / "bin" / "z3"
+    z3.write_text("#!/bin/sh\nwhile :; do /bin/sleep 0.1; done\n")
+    z3.chmod(0o755)
+    return venv
+
+
+def test_sigterm_to_kernel_run_kills_the_running_certification(tmp_path: Path) -> None:
+    from tests.orchestrate_helpers import E2E_BUNDLE
+    from tests.test_external_helpers import processes_mentioning
+
+    venv = _venv_with_a_slow_z3(tmp_path)
+    out = tmp_path / "outcomes.jsonl"
+    kernel = subprocess.Popen(
+        [str(venv / "bin" / "python"), "-c", _MAIN, "run", str(E2E_BUNDLE),
+         "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    slow = str(venv / "bin" / "z3")
+    try:
+        deadline = time.monotonic() + 30
+        while not processes_mentioning(slow) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert processes_mentioning(slow), "the producer never started z3"
+        kernel.send_signal(signal.SIGTERM)
+        kernel.wait(30)
+        assert kernel.returncode != 0 and not out.exists()
+        assert kernel.stderr is not None
+        assert "Traceback" not in kernel.stderr.read().decode(errors="replace")
+        deadline = time.monotonic() + 2
+        while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not processes_mentioning(str(tmp_path)), "the certification outlived kernel run"
+    finally:
+        for pid in processes_mentioning(str(tmp_path)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+        assert kernel.stdout is not None and kernel.stderr is not None
+        kernel.stdout.close()
+        kernel.stderr.close()

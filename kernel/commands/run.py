@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -161,6 +163,36 @@ def _check_work_dir(work_dir: Path) -> None:
         refuse("work_dir_unreadable", f"{work_dir}: {exc.strerror or exc}")
 
 
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the job runs, the first SIGTERM is handled like Ctrl-C.
+
+    Producers and checkers run in their own sessions, so SIGTERM's default
+    action (die at once) would leave the running certification behind.
+    Raised as ``KeyboardInterrupt`` in the main thread, it unwinds through
+    ``run_process`` (which kills the command's group) and ``open_executor``
+    (which stops its workers). Later SIGTERMs are ignored until that cleanup
+    is done, so it cannot be cut short; SIGKILL still works.
+    """
+    fired = False
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (an embedding test runner): nothing to do
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class _NoteHandler(logging.Handler):
     """Certifier notes to stderr as ``note: ...`` lines."""
 
@@ -225,7 +257,7 @@ def register(app: typer.Typer) -> None:
         handler = logging.NullHandler() if quiet else _NoteHandler(logging.WARNING)
         logger.addHandler(handler)
         try:
-            with ExitStack() as stack:
+            with _sigterm_as_interrupt(), ExitStack() as stack:
                 try:
                     pool = stack.enter_context(open_executor(spec))
                 except ExecutorSetupError as exc:
