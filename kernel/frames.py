@@ -207,13 +207,17 @@ def apply_delta(base: ProblemFrame, delta: FrameDelta) -> ProblemFrame | DeltaRe
                 return DeltaRefusal(
                     DeltaRefusalCode.REMOVES_UNKNOWN, f"delta removes unknown {label} {key!r}"
                 )
+    # Sets, not the removal tuples: membership must not cost a scan per kept item.
+    removed_bindings = frozenset(delta.removed_bindings)
+    removed_relations = frozenset(delta.removed_relations)
+    removed_targets = frozenset(delta.removed_targets)
     return ProblemFrame(
         source_text=base.source_text,
-        bindings=tuple(b for b in base.bindings if b.name not in delta.removed_bindings)
+        bindings=tuple(b for b in base.bindings if b.name not in removed_bindings)
         + delta.added_bindings,
-        relations=tuple(r for r in base.relations if r.result not in delta.removed_relations)
+        relations=tuple(r for r in base.relations if r.result not in removed_relations)
         + delta.added_relations,
-        targets=tuple(t for t in base.targets if t.name not in delta.removed_targets)
+        targets=tuple(t for t in base.targets if t.name not in removed_targets)
         + delta.added_targets,
         evidence_spans=delta.evidence_spans,
     )
