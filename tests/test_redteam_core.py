@@ -17,10 +17,13 @@ from kernel.frames import (
     Binding,
     FrameDelta,
     ProblemFrame,
+    Relation,
     SourceSpan,
+    Target,
     apply_delta,
     frame_digest,
 )
+from kernel.organs import assess
 from kernel.serde import SerdeError, _max_depth, parse_json
 
 T = TypeVar("T")
@@ -88,3 +91,39 @@ def test_a_delta_removing_many_bindings_applies_in_linear_time() -> None:
     frame, seconds = _timed(lambda: apply_delta(base, delta))
     assert seconds < 1.0
     assert isinstance(frame, ProblemFrame) and frame.bindings == ()
+
+
+# --- organs: the arithmetic contract and evidence_grounded -----------------------
+
+
+def _duplicate_producers(n: int) -> ProblemFrame:
+    # n identical producers of x (not a conflict: one formula) and n users of x.
+    relations = tuple(Relation("x", "add", ("a", "a")) for _ in range(n)) + tuple(
+        Relation(f"y{i}", "add", ("x", "x")) for i in range(n)
+    )
+    return ProblemFrame(
+        "a is 1", (Binding("a", 1, "u", SourceSpan(5, 6)),), relations,
+        (Target("y0", "answer"),), (),
+    )
+
+
+def test_many_identical_producers_of_one_name_do_not_build_a_quadratic_graph() -> None:
+    """Each user of x got an edge to every producer of x: n producers and n
+    users made n*n edges (4000 each: 4 s and 16M ints; 100k each, the size of
+    a 16 MiB bundle, exhausts memory with a MemoryError)."""
+    frame = _duplicate_producers(_n(4000))
+    assessment, seconds = _timed(lambda: assess(frame))
+    assert seconds < 1.5
+    assert assessment.runnable is True
+
+
+def test_cycles_through_duplicate_producers_are_still_every_relation_on_them() -> None:
+    # Both producers of x lie on the cycle x -> y -> x; the third relation does not.
+    frame = ProblemFrame(
+        "a is 1", (Binding("a", 1, "u", SourceSpan(5, 6)),),
+        (Relation("x", "add", ("y", "a")), Relation("x", "add", ("y", "a")),
+         Relation("y", "add", ("x", "a")), Relation("z", "add", ("a", "a")),
+         Relation("w", "add", ("w", "a"))),
+        (Target("z", "answer"),), (),
+    )
+    assert assess(frame).unresolved_hazards == ("cycle:x", "cycle:y", "cycle:w")

@@ -155,7 +155,7 @@ class _Analysis:
 
 
 def _cyclic_relations(successors: Sequence[tuple[int, ...]]) -> frozenset[int]:
-    """Relations on a dependency cycle: iterative Tarjan SCC (no recursion)."""
+    """Nodes on a cycle of the graph: iterative Tarjan SCC (no recursion)."""
     count = len(successors)
     index = [-1] * count
     low = [0] * count
@@ -326,18 +326,27 @@ def _analyse(frame: ProblemFrame) -> _Analysis:
         op is not None and _arity_ok(op, len(r.operands))
         for op, r in zip(operators, relations, strict=True)
     ]
-    successors = [
-        tuple(sorted({j for o in r.operands for j in produced.get(o, ())})) for r in relations
+    # The dependency graph goes through one hub node per produced name
+    # (relation -> hub of each operand it reads -> every producer of that
+    # name), so n producers and n readers of one name are 2n edges, not n*n.
+    # Relation-to-relation paths, and so the cycles, are exactly those of the
+    # direct graph (a relation reading its own result is relation -> hub -> it).
+    hub = {name: len(relations) + k for k, name in enumerate(produced)}
+    uses = [tuple(o for o in dict.fromkeys(r.operands) if o in produced) for r in relations]
+    successors = [tuple(hub[o] for o in used) for used in uses] + [
+        tuple(producers) for producers in produced.values()
     ]
-    cyclic = _cyclic_relations(successors)
+    cyclic = frozenset(i for i in _cyclic_relations(successors) if i < len(relations))
 
-    # Kahn's order over the relation graph; relations on or behind a cycle never run.
+    # Kahn's order: a relation runs once every producer of every name it reads
+    # has run; relations on or behind a cycle never run.
     steps: list[_Step] = [_Step() for _ in relations]
-    pending = [len(s) for s in successors]
-    dependents: list[list[int]] = [[] for _ in relations]
-    for i, succ in enumerate(successors):
-        for j in succ:
-            dependents[j].append(i)
+    pending = [len(used) for used in uses]
+    unproduced = {name: len(producers) for name, producers in produced.items()}
+    readers: dict[str, list[int]] = {}
+    for i, used in enumerate(uses):
+        for name in used:
+            readers.setdefault(name, []).append(i)
     ready = deque(i for i, n in enumerate(pending) if n == 0)
 
     def reading(name: str) -> tuple[Fraction | None, str | None]:
@@ -356,10 +365,13 @@ def _analyse(frame: ProblemFrame) -> _Analysis:
         op = operators[i]
         if op is not None and well_formed[i]:
             steps[i] = _evaluate(op, [reading(o) for o in relations[i].operands])
-        for k in dependents[i]:
-            pending[k] -= 1
-            if pending[k] == 0:
-                ready.append(k)
+        result = relations[i].result
+        unproduced[result] -= 1
+        if unproduced[result] == 0:
+            for k in readers.get(result, ()):
+                pending[k] -= 1
+                if pending[k] == 0:
+                    ready.append(k)
 
     hazards: list[str] = [_code(Hazard.CONFLICTING_BINDING, n) for n in conflicting]
     hazards += [
