@@ -520,6 +520,18 @@ def _seal(
 _NOT_CANONICAL: Final = (_code(ProofReason.FRAME_NOT_CANONICAL),)
 
 
+def _first_at_or_after(ordered: Sequence[int], bound: int) -> int:
+    """The index of the first item ``>= bound`` in ascending ``ordered`` (binary search)."""
+    low, high = 0, len(ordered)
+    while low < high:
+        middle = (low + high) // 2
+        if ordered[middle] < bound:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
 def prove_evidence_grounded(context: ProofContext) -> ProofOutcome:
     """``arithmetic.evidence_grounded``: every binding's span states its quantity.
 
@@ -535,16 +547,23 @@ def prove_evidence_grounded(context: ProofContext) -> ProofOutcome:
         return _seal(context, EVIDENCE_GROUNDED, _NOT_CANONICAL, (), "")
     source = frame.source_text
     # Numbers are read in the whole source, so a span cut out of "13" never states 3.
-    tokens = _tokens(source) if frame.bindings else ()
+    # Stated numbers never overlap, so per value, ordered by start, they are
+    # ordered by end too: the first one starting inside a span is the one most
+    # likely to end inside it (a lookup, not a scan of every number per binding).
+    starts: dict[int, list[int]] = {}
+    ends: dict[int, list[int]] = {}
+    for start, end, value in _tokens(source) if frame.bindings else ():
+        starts.setdefault(value, []).append(start)
+        ends.setdefault(value, []).append(end)
     reasons = []
     for binding in frame.bindings:
         span = binding.span
         if span.end > len(source):
             reasons.append(_code(ProofReason.SPAN_OUT_OF_SOURCE, binding.name))
-        elif not any(
-            span.start <= start and end <= span.end and value == binding.value
-            for start, end, value in tokens
-        ):
+            continue
+        at = starts.get(binding.value, [])
+        first = _first_at_or_after(at, span.start)
+        if first == len(at) or ends[binding.value][first] > span.end:
             reasons.append(_code(ProofReason.UNGROUNDED, binding.name))
     spans = tuple(b.span for b in frame.bindings)
     return _seal(
