@@ -17,9 +17,9 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import final
+from typing import Any, final
 
 import attrs
 
@@ -43,9 +43,25 @@ __all__ = [
     "Target",
     "apply_delta",
     "delta_digest",
+    "exact_type",
     "frame_digest",
     "spans_payload",
 ]
+
+
+def exact_type(kind: type) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A validator accepting exactly ``kind``, never a subclass.
+
+    ``typing.final`` does not stop subclassing at run time, and a subclass can
+    override ``payload`` (or turn fields into properties): a record field
+    holding one could carry one identity and another value.
+    """
+
+    def check(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if type(value) is not kind:
+            raise TypeError(f"{attribute.name} must be {kind.__name__}, got {type(value).__name__}")
+
+    return check
 
 
 @final
@@ -72,7 +88,7 @@ class Binding:
     name: str = attrs.field(validator=NAME)
     value: int = attrs.field(validator=EXACT_INT)
     unit: str = attrs.field(validator=NAME)
-    span: SourceSpan = attrs.field(validator=attrs.validators.instance_of(SourceSpan))
+    span: SourceSpan = attrs.field(validator=exact_type(SourceSpan))
 
     def payload(self) -> dict[str, JsonValue]:
         return {

@@ -41,6 +41,7 @@ from kernel.frames import (
     Target,
     apply_delta,
     delta_digest,
+    exact_type,
     frame_digest,
     spans_payload,
 )
@@ -378,7 +379,7 @@ class GeometricSearchRun:
 
     run_id: str = attrs.field(validator=DIGEST)
     run_policy_version: str = attrs.field(validator=NAME)
-    run_input: SearchRunInput = attrs.field(validator=attrs.validators.instance_of(SearchRunInput))
+    run_input: SearchRunInput = attrs.field(validator=exact_type(SearchRunInput))
     input_digest: str = attrs.field(validator=DIGEST)
     candidate_attempts: tuple[CandidateAttempt, ...] = attrs.field(
         validator=tuple_of(CandidateAttempt)
@@ -431,10 +432,10 @@ class CandidateReconstruction:
     candidate_problem_frame_digest: str | None = attrs.field(validator=OPTIONAL_DIGEST)
     frame_delta_digest: str | None = attrs.field(validator=OPTIONAL_DIGEST)
     candidate_problem_frame: ProblemFrame | None = attrs.field(
-        validator=attrs.validators.optional(attrs.validators.instance_of(ProblemFrame))
+        validator=attrs.validators.optional(exact_type(ProblemFrame))
     )
     frame_delta: FrameDelta | None = attrs.field(
-        validator=attrs.validators.optional(attrs.validators.instance_of(FrameDelta))
+        validator=attrs.validators.optional(exact_type(FrameDelta))
     )
     candidate_bindings: tuple[Binding, ...] = attrs.field(validator=tuple_of(Binding))
     candidate_relations: tuple[Relation, ...] = attrs.field(validator=tuple_of(Relation))

@@ -8,10 +8,14 @@ attack was. Timings are generous bounds on work that used to be quadratic
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+import attrs
+import pytest
 
 from kernel.frames import (
     Binding,
@@ -23,9 +27,19 @@ from kernel.frames import (
     apply_delta,
     frame_digest,
 )
+from kernel.identity import JsonValue
 from kernel.organs import EVIDENCE_GROUNDED, assess, prove_evidence_grounded
-from kernel.replay import ProofContext, ProofStatus
+from kernel.replay import (
+    ProofContext,
+    ProofStatus,
+    ReasonCode,
+    ReplayAdapterRefusal,
+    ReplayRequest,
+    replay_attempt,
+)
 from kernel.serde import SerdeError, _max_depth, parse_json
+from kernel.upstream import SearchRunInput
+from tests.replay_fixtures import CLOSING, CallLog, request_for, toy_chain, toy_manifest
 
 T = TypeVar("T")
 
@@ -143,3 +157,64 @@ def test_evidence_grounding_is_not_bindings_times_numbers() -> None:
     outcome, seconds = _timed(lambda: prove_evidence_grounded(context))
     assert seconds < 1.5
     assert outcome.status is ProofStatus.REFUSED
+
+
+# --- replay: records of a subclass cannot pass as the record ----------------------
+
+
+class _ForgedSpan(SourceSpan):  # type: ignore[misc]  # the attack itself
+    """Claims (8, 9) in its identity payload while it is really another span."""
+
+    __slots__ = ()
+
+    def payload(self) -> dict[str, JsonValue]:
+        return {"start": 8, "end": 9}
+
+
+def test_a_span_subclass_cannot_carry_one_identity_and_another_value() -> None:
+    """``typing.final`` does not stop subclassing at run time. A SourceSpan
+    subclass overriding ``payload`` gave two different frames one frame_digest
+    (so one candidate digest and every id after it) while the proof
+    authorities judged the real span: identical ids, different verdicts."""
+    with pytest.raises(TypeError):
+        Binding("apples", 3, "apple", _ForgedSpan(21, 22))
+    # A deep copy: the fixtures' frames are shared module values.
+    request = copy.deepcopy(request_for(toy_chain(CLOSING), toy_manifest(CallLog())))
+    frame = request.reconstruction.candidate_problem_frame
+    assert frame is not None
+    binding = frame.bindings[0]
+    object.__setattr__(binding, "span", _ForgedSpan(binding.span.start, binding.span.end))
+    outcome = replay_attempt(request, toy_manifest(CallLog()))
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.reason_codes == (ReasonCode.RECORD_STRUCTURE_INVALID.value,)
+
+
+class _ForgedFrame(ProblemFrame):  # type: ignore[misc]
+    __slots__ = ()
+
+
+def test_nested_records_must_be_exactly_their_type() -> None:
+    chain = toy_chain(CLOSING)
+    rec = chain.reconstructions[0]
+    frame = rec.candidate_problem_frame
+    assert frame is not None
+    forged = _ForgedFrame(*attrs.astuple(frame, recurse=False))
+    with pytest.raises(TypeError):
+        attrs.evolve(rec, candidate_problem_frame=forged)
+    with pytest.raises(TypeError):
+        attrs.evolve(chain.run, run_input=type("_Input", (SearchRunInput,), {"__slots__": ()})(
+            *attrs.astuple(chain.run.run_input, recurse=False)))
+
+
+class _ForgedRequest(ReplayRequest):  # type: ignore[misc]
+    __slots__ = ()
+
+
+def test_a_replay_request_subclass_is_not_a_replay_request() -> None:
+    # A subclass could answer each field read differently (properties), so
+    # what validation read need not be what the result reports.
+    honest = request_for(toy_chain(CLOSING), toy_manifest(CallLog()))
+    forged = _ForgedRequest(*attrs.astuple(honest, recurse=False))
+    outcome = replay_attempt(forged, toy_manifest(CallLog()))
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.reason_codes == (ReasonCode.REQUEST_NOT_A_REPLAY_REQUEST.value,)

@@ -314,8 +314,9 @@ _REQUEST_FIELDS: Final = (
 
 def _check_structure(request: object) -> ReplayRequest:
     bad = D.INVALID_REPLAY_INPUT
+    # Exactly the type: a subclass could answer each field read differently.
     _require(
-        isinstance(request, ReplayRequest),
+        type(request) is ReplayRequest,
         bad,
         ReasonCode.REQUEST_NOT_A_REPLAY_REQUEST,
         f"expected a ReplayRequest, got {type(request).__name__}",
