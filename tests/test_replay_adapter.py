@@ -883,3 +883,22 @@ def test_a_resealed_reconstruction_for_another_attempt_is_an_identity_mismatch()
                            candidate_reconstruction_digest=rec.candidate_reconstruction_digest)
     check_refusal(run(request), D.CANDIDATE_IDENTITY_MISMATCH,
                   RC.RECONSTRUCTION_NOT_FOR_ATTEMPT, identities=False)
+
+
+def test_the_run_check_cache_never_serves_a_run_altered_after_a_replay() -> None:
+    # Run-wide checks are memoised by the run's value; altering the very same
+    # run object behind attrs' back must not reuse the earlier verdict.
+    request = valid_request(CLOSING, CLOSING, index=0)
+    check_result(run(request), D.CONTRACT_AND_PROOF_CLOSED)
+    siblings = request.run.candidate_attempts
+    object.__setattr__(request.run, "candidate_attempts",
+                       (siblings[0], attrs.evolve(siblings[1], attempt_id="e" * 64)))
+    check_refusal(run(request), D.CANDIDATE_IDENTITY_MISMATCH, RC.RUN_ATTEMPTS_INCONSISTENT,
+                  identities=False)
+
+
+def test_an_unhashable_run_is_examined_not_crashed() -> None:
+    request = valid_request()
+    object.__setattr__(request.run, "candidate_attempts", [request.attempt])
+    check_refusal(run(request), D.INVALID_REPLAY_INPUT, RC.RECORD_STRUCTURE_INVALID,
+                  identities=False)

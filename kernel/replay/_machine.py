@@ -39,6 +39,7 @@ This module is the only one that builds states, results and refusals.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from enum import Enum
 from typing import Final, assert_never, cast, final
@@ -312,7 +313,7 @@ _REQUEST_FIELDS: Final = (
 )
 
 
-def _check_structure(request: object) -> ReplayRequest:
+def _check_structure(request: object) -> tuple[ReplayRequest, _RunFacts]:
     bad = D.INVALID_REPLAY_INPUT
     # Exactly the type: a subclass could answer each field read differently.
     _require(
@@ -339,18 +340,25 @@ def _check_structure(request: object) -> ReplayRequest:
     )
     # Records are validated on construction; re-run the validators in case a
     # frozen value was altered behind attrs' back (object.__setattr__).
+    run_facts = _examine_run(request.run)
+    if run_facts.structure_error is not None:
+        raise _Refuse(bad, ReasonCode.RECORD_STRUCTURE_INVALID, run_facts.structure_error)
     try:
         for name, _ in _REQUEST_FIELDS:
-            _validate_deep(getattr(request, name))
+            if name != "run":
+                _validate_deep(getattr(request, name))
         for residual in request.residuals:
             _validate_deep(residual)
     except (TypeError, ValueError) as exc:
         raise _Refuse(bad, ReasonCode.RECORD_STRUCTURE_INVALID, str(exc)) from exc
     # Every record must lie in the identity domain (a str field may still hold
     # a lone surrogate when built in memory); later digests then cannot raise.
+    if run_facts.canonical_error is not None:
+        raise _Refuse(bad, ReasonCode.RECORD_NOT_CANONICAL, run_facts.canonical_error)
     try:
         for name, _ in _REQUEST_FIELDS:
-            _canonical_payloads(getattr(request, name))
+            if name != "run":
+                _canonical_payloads(getattr(request, name))
         for residual in request.residuals:
             _canonical_payloads(residual)
     except IdentityError as exc:
@@ -369,7 +377,7 @@ def _check_structure(request: object) -> ReplayRequest:
         ReasonCode.SCHEMA_VERSION_MISSING,
         f"schema_versions lacks {', '.join(missing)}",
     )
-    return request
+    return request, run_facts
 
 
 def _canonical_payloads(record: object) -> None:
@@ -381,8 +389,6 @@ def _canonical_payloads(record: object) -> None:
             frame_digest(record.candidate_problem_frame)
         if record.frame_delta is not None:
             delta_digest(record.frame_delta)
-    elif isinstance(record, GeometricSearchRun):
-        run_id_of(record)
     elif isinstance(
         record,
         ReplayAdapterInput
@@ -393,6 +399,57 @@ def _canonical_payloads(record: object) -> None:
         | CandidateAttempt,
     ):
         check_domain(record.payload())
+
+
+@final
+@attrs.frozen
+class _RunFacts:
+    """What validation needs to know about a run, all of it a function of its value."""
+
+    structure_error: str | None
+    canonical_error: str | None
+    run_id: str | None
+    attempts_consistent: bool
+
+
+def _compute_run_facts(run: GeometricSearchRun) -> _RunFacts:
+    try:
+        _validate_deep(run)
+    except (TypeError, ValueError) as exc:
+        return _RunFacts(str(exc), None, None, False)
+    try:
+        run_id = run_id_of(run)
+    except IdentityError as exc:
+        return _RunFacts(None, str(exc), None, False)
+    # The run id covers each attempt's content but not the derived attempt
+    # ids, so every attempt in the run is checked too: a run carrying one
+    # forged sibling attempt is not the immutable run the search recorded.
+    consistent = all(
+        a.attempt_index == position
+        and a.run_id == run.run_id
+        and a.input_digest == run.input_digest
+        and attempt_id_of(a) == a.attempt_id
+        for position, a in enumerate(run.candidate_attempts)
+    )
+    return _RunFacts(None, None, run_id, consistent)
+
+
+_cached_run_facts = functools.lru_cache(maxsize=16)(_compute_run_facts)
+
+
+def _examine_run(run: GeometricSearchRun) -> _RunFacts:
+    """Run-wide checks, memoised by the run's value.
+
+    Classifying every attempt of one run would otherwise repeat these O(run)
+    checks per attempt (quadratic in the run's size). Frozen records hash and
+    compare by content, so a changed run is a different key; a run that cannot
+    be hashed (altered behind attrs' back) is examined uncached.
+    """
+    try:
+        hash(run)
+    except TypeError:
+        return _compute_run_facts(run)
+    return _cached_run_facts(run)
 
 
 def _validate_deep(value: object) -> None:
@@ -500,7 +557,7 @@ def _reconstruct_candidate(request: ReplayRequest) -> ProblemFrame:
     return frame
 
 
-def _check_identity_chain(request: ReplayRequest) -> ProblemFrame:
+def _check_identity_chain(request: ReplayRequest, run_facts: _RunFacts) -> ProblemFrame:
     """§6 items 1-10 and 15, §11; every identity is recomputed, never compared alone."""
     mismatch = D.CANDIDATE_IDENTITY_MISMATCH
     replay_input, run, attempt = request.replay_input, request.run, request.attempt
@@ -511,7 +568,7 @@ def _check_identity_chain(request: ReplayRequest) -> ProblemFrame:
 
     # 1. run_id reproduces from the supplied immutable run.
     need(
-        run_id_of(run) == run.run_id == replay_input.run_id,
+        run_facts.run_id == run.run_id == replay_input.run_id,
         ReasonCode.RUN_ID_MISMATCH,
         "run_id does not reproduce from the supplied run",
     )
@@ -529,13 +586,7 @@ def _check_identity_chain(request: ReplayRequest) -> ProblemFrame:
     # ids, so every attempt in the run is checked too: a run carrying one
     # forged sibling attempt is not the immutable run the search recorded.
     need(
-        all(
-            a.attempt_index == position
-            and a.run_id == run.run_id
-            and a.input_digest == run.input_digest
-            and attempt_id_of(a) == a.attempt_id
-            for position, a in enumerate(run.candidate_attempts)
-        ),
+        run_facts.attempts_consistent,
         ReasonCode.RUN_ATTEMPTS_INCONSISTENT,
         "an attempt of the run does not reproduce its id, position, run or input",
     )
@@ -753,10 +804,10 @@ def _resolve_proofs(
 def validate(request: object, manifest: AuthorityManifest) -> Validated | ReplayAdapterRefusal:
     """Run every §6 check in order; the first failure is the refusal. Calls no authority."""
     try:
-        checked = _check_structure(request)
+        checked, run_facts = _check_structure(request)
         _check_policies(checked)
         _check_schemas(checked)
-        candidate_frame = _check_identity_chain(checked)
+        candidate_frame = _check_identity_chain(checked, run_facts)
     except _Refuse as refused:
         return _refusal(refused.disposition, refused.code, refused.detail)
     # From here on every identity in the input has been recomputed and may be
