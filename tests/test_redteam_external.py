@@ -380,7 +380,12 @@ def test_sigterm_to_kernel_run_kills_the_running_certification(tmp_path: Path) -
         deadline = time.monotonic() + 2
         while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not processes_mentioning(str(tmp_path)), "the certification outlived kernel run"
+        left = {
+            pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:160]
+            for pid in processes_mentioning(str(tmp_path))
+            if Path(f"/proc/{pid}").exists()
+        }
+        assert not left, f"the certification outlived kernel run: {left}"
     finally:
         for pid in processes_mentioning(str(tmp_path)):
             with contextlib.suppress(ProcessLookupError):

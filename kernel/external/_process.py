@@ -13,6 +13,9 @@ Theory of operation (seed 003, "Process control and trust limits"):
   child) and kept up to a cap; the rest is counted, not stored;
 - a command that timed out or was cancelled reports that status; callers never
   treat anything it wrote as a result;
+- an interrupt (``KeyboardInterrupt``) that lands inside ``Popen``, after the
+  fork but before the pid is returned, kills every child of this process that
+  leads its own session (only ``run_process`` starts those);
 - limits: a descendant that calls ``setsid`` itself leaves the group and is
   not reached. There is no OS sandbox.
 """
@@ -96,6 +99,28 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _kill_session_children() -> None:
+    """SIGKILL the group of each live child of this process that leads its own session.
+
+    Linux (``/proc``); elsewhere nothing is found. A child still between
+    ``fork`` and ``setsid`` is not yet a session leader and is missed.
+    """
+    me = os.getpid()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                data = Path(entry.path, "stat").read_bytes()
+            except OSError:
+                continue
+            fields = data[data.rindex(b")") + 2 :].split()
+            # fields: state, ppid, pgrp, session, ...
+            pid = int(entry.name)
+            if fields[0] not in (b"Z", b"X") and int(fields[1]) == me and int(fields[3]) == pid:
+                _kill_group(pid)
+
+
 def run_process(
     argv: Sequence[str],
     *,
@@ -129,17 +154,26 @@ def run_process(
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return ProcessResult(ProcessStatus.LAUNCH_FAILED, None, b"", b"", False, False, str(exc))
-    assert proc.stdout is not None and proc.stderr is not None
-    out, err = _Capture(stdout_limit), _Capture(stderr_limit)
-    readers = [
-        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
-        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    deadline = time.monotonic() + timeout_seconds
+    except BaseException:
+        # Interrupted (KeyboardInterrupt) inside Popen: the child may already be
+        # forked while its pid never reached us. Only run_process starts children
+        # that lead their own session, so kill every such child's group.
+        _kill_session_children()
+        raise
     status = ProcessStatus.EXITED
+    # From here on the group kill is armed: an interrupt (KeyboardInterrupt from
+    # Ctrl-C or kernel run's SIGTERM) can land on any line, even while the
+    # reader threads start, and must never leave the command running.
     try:
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = _Capture(stdout_limit), _Capture(stderr_limit)
+        readers = [
+            threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + timeout_seconds
         while not _leader_exited(proc.pid):
             if cancel is not None and cancel.is_set():
                 status = ProcessStatus.CANCELLED
