@@ -446,10 +446,9 @@ def _examine_run(run: GeometricSearchRun) -> _RunFacts:
     be hashed (altered behind attrs' back) is examined uncached.
     """
     try:
-        hash(run)
-    except TypeError:
+        return _cached_run_facts(run)
+    except TypeError:  # unhashable: lru_cache cannot key it
         return _compute_run_facts(run)
-    return _cached_run_facts(run)
 
 
 def _validate_deep(value: object) -> None:
