@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import cvc5  # type: ignore[import-untyped]
+import cvc5
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st

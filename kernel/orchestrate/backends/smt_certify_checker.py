@@ -25,7 +25,7 @@ import json
 import os
 import sys
 
-import cvc5  # type: ignore[import-untyped]
+import cvc5
 
 
 def cvc5_answer(text: str, name: str) -> str:
