@@ -45,6 +45,7 @@ from kernel.upstream import (
     build_chain,
     build_reconstruction,
     residuals_for,
+    seal_assessment,
     seal_budget,
     seal_gate,
     seal_run,
@@ -541,8 +542,13 @@ def _raising(*_: object) -> Any:
         (lambda frame: toy_assessment(ORIGINAL), RC.CONTRACT_OUTCOME_NOT_BOUND),
         (lambda frame: attrs.evolve(toy_assessment(frame), assessment_id="9" * 64),
          RC.CONTRACT_OUTCOME_ID_INVALID),
+        (lambda frame: seal_assessment(
+            problem_frame_digest=ref.frame_digest(frame), candidate_organ=TOY, runnable=True,
+            unresolved_hazards=("still_blocked",)),
+         RC.CONTRACT_OUTCOME_INCONSISTENT),
     ],
-    ids=["raises", "returns-none", "returns-dict", "wrong-organ", "other-frame", "forged-id"],
+    ids=["raises", "returns-none", "returns-dict", "wrong-organ", "other-frame", "forged-id",
+         "runnable-with-blockers"],
 )
 def test_a_failing_contract_authority_is_adapter_refusal_not_a_verdict(
     contract: Any, code: ReasonCode

@@ -176,6 +176,7 @@ class ReasonCode(Enum):
     CONTRACT_OUTCOME_WRONG_ORGAN = "contract_outcome_wrong_organ"
     CONTRACT_OUTCOME_NOT_BOUND = "contract_outcome_not_bound"
     CONTRACT_OUTCOME_ID_INVALID = "contract_outcome_id_invalid"
+    CONTRACT_OUTCOME_INCONSISTENT = "contract_outcome_inconsistent"
     # unsupported_proof_obligation
     PROOF_POLICY_MISSING = "proof_policy_missing"
     PROOF_OBLIGATION_UNKNOWN = "proof_obligation_unknown"
@@ -863,6 +864,14 @@ def _contract_outcome(state: Validated) -> ContractAssessment:
         unavailable,
         ReasonCode.CONTRACT_OUTCOME_ID_INVALID,
         f"{authority.target} returned an assessment whose id does not reproduce",
+    )
+    # A runnable verdict that still lists blockers contradicts itself; it is
+    # the authority failing, not a closure (and not a refusal to trust either).
+    _require(
+        not (outcome.runnable and (outcome.missing_bindings or outcome.unresolved_hazards)),
+        unavailable,
+        ReasonCode.CONTRACT_OUTCOME_INCONSISTENT,
+        f"{authority.target} called the candidate runnable while listing blockers",
     )
     return outcome
 
