@@ -21,11 +21,11 @@ Two candidates close; the kernel reports each and selects neither (ADR-0229 §12
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import attrs
+from _generated import reseal, span_of, with_first_spans_swapped, write_or_check
 
 from kernel.frames import (
     Binding,
@@ -37,7 +37,7 @@ from kernel.frames import (
     frame_digest,
 )
 from kernel.organs import CERTIFIED_MANIFEST, assess
-from kernel.replay import ReplayAdapterInput, ReplayBundle, build_replay_input, input_digest_of
+from kernel.replay import ReplayBundle, build_replay_input
 from kernel.serde import dumps
 from kernel.upstream import CandidateDraft, build_chain
 
@@ -49,10 +49,7 @@ OUT_DIR = Path(__file__).resolve().parent / "e2e"
 
 
 def at(text: str) -> SourceSpan:
-    """The span of the only appearance of ``text`` in the source."""
-    start = SOURCE.index(text)
-    assert SOURCE.find(text, start + 1) == -1, f"{text!r} appears twice"
-    return SourceSpan(start, start + len(text))
+    return span_of(SOURCE, text)
 
 
 TRAYS = Binding("trays", 4, "1", at("4"))
@@ -91,11 +88,6 @@ CANDIDATES = (
 )
 
 
-def reseal(replay_input: ReplayAdapterInput, **changes: object) -> ReplayAdapterInput:
-    changed = attrs.evolve(replay_input, **changes)  # type: ignore[arg-type]
-    return attrs.evolve(changed, input_digest=input_digest_of(changed))
-
-
 def build() -> bytes:
     assessment = assess(ORIGINAL)
     assert not assessment.runnable, "the original frame must be refused"
@@ -105,30 +97,15 @@ def build() -> bytes:
     # 4: a replay policy this kernel does not implement -> unsupported_replay_policy
     inputs[4] = reseal(inputs[4], replay_policy_version="contract_proof_replay.v2")
     # 5: evidence spans reordered after sealing -> candidate_identity_mismatch
-    rec = chain.reconstructions[5]
-    damaged = attrs.evolve(rec, evidence_spans=(rec.evidence_spans[1], rec.evidence_spans[0],
-                                                *rec.evidence_spans[2:]))
+    damaged = with_first_spans_swapped(chain.reconstructions[5])
     bundle_chain = attrs.evolve(chain, reconstructions=(*chain.reconstructions[:5], damaged))
     return dumps(ReplayBundle(bundle_chain, tuple(inputs))) + b"\n"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="compare with the shipped file instead of writing it")
-    parser.add_argument("--out-dir", type=Path, default=OUT_DIR)
-    args = parser.parse_args()
-    path, data = args.out_dir / "bundle.json", build()
-    if args.check:
-        if not path.exists() or path.read_bytes() != data:
-            print(f"stale example file (rerun without --check): {path}", file=sys.stderr)
-            return 1
-        print(f"e2e bundle reproduces byte for byte: {path}")
-        return 0
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    print(f"wrote {path} ({len(data)} bytes)")
-    return 0
+    data = build()
+    return write_or_check(__doc__.splitlines()[0], OUT_DIR,
+                          lambda out: {out / "bundle.json": data})
 
 
 if __name__ == "__main__":

@@ -14,11 +14,11 @@ Outputs: ``chain.json`` (the honest search chain, for ``kernel digest``) and
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import attrs
+from _generated import reseal, span_of, with_first_spans_swapped, write_or_check
 
 from kernel.frames import (
     Binding,
@@ -30,7 +30,7 @@ from kernel.frames import (
     frame_digest,
 )
 from kernel.organs import BUILTIN_MANIFEST, assess
-from kernel.replay import ReplayAdapterInput, ReplayBundle, build_replay_input, input_digest_of
+from kernel.replay import ReplayBundle, build_replay_input
 from kernel.serde import dumps
 from kernel.upstream import CandidateDraft, build_chain
 
@@ -42,11 +42,7 @@ OUT_DIR = Path(__file__).resolve().parent / "replay"
 
 
 def at(text: str, occurrence: int = 0) -> SourceSpan:
-    """The span of the ``occurrence``-th appearance of ``text`` in the source."""
-    start = -1
-    for _ in range(occurrence + 1):
-        start = SOURCE.index(text, start + 1)
-    return SourceSpan(start, start + len(text))
+    return span_of(SOURCE, text, occurrence)
 
 
 HAD = Binding("had", 12, "marble", at("12"))
@@ -87,11 +83,6 @@ CANDIDATES = (
 )
 
 
-def reseal(replay_input: ReplayAdapterInput, **changes: object) -> ReplayAdapterInput:
-    changed = attrs.evolve(replay_input, **changes)  # type: ignore[arg-type]
-    return attrs.evolve(changed, input_digest=input_digest_of(changed))
-
-
 def build() -> tuple[bytes, bytes]:
     assessment = assess(ORIGINAL)
     assert not assessment.runnable, "the original frame must be refused"
@@ -106,9 +97,7 @@ def build() -> tuple[bytes, bytes]:
     # 6: a contract target outside the static allowlist -> contract_replay_unavailable
     inputs[6] = reseal(inputs[6], contract_replay_target="arithmetic.contract@v0")
     # 7: evidence spans reordered after sealing -> candidate_identity_mismatch
-    rec = chain.reconstructions[7]
-    damaged = attrs.evolve(rec, evidence_spans=(rec.evidence_spans[1], rec.evidence_spans[0],
-                                                *rec.evidence_spans[2:]))
+    damaged = with_first_spans_swapped(chain.reconstructions[7])
     bundle_chain = attrs.evolve(
         chain, reconstructions=(*chain.reconstructions[:7], damaged))
     bundle = ReplayBundle(bundle_chain, tuple(inputs))
@@ -116,25 +105,11 @@ def build() -> tuple[bytes, bytes]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="compare with the shipped files instead of writing them")
-    parser.add_argument("--out-dir", type=Path, default=OUT_DIR)
-    args = parser.parse_args()
     chain, bundle = build()
-    files = {args.out_dir / "chain.json": chain, args.out_dir / "bundle.json": bundle}
-    if args.check:
-        stale = [str(p) for p, data in files.items() if not p.exists() or p.read_bytes() != data]
-        if stale:
-            print("stale example files (rerun without --check):", *stale, file=sys.stderr)
-            return 1
-        print(f"example files reproduce byte for byte: {', '.join(map(str, files))}")
-        return 0
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    for path, data in files.items():
-        path.write_bytes(data)
-        print(f"wrote {path} ({len(data)} bytes)")
-    return 0
+    return write_or_check(
+        __doc__.splitlines()[0], OUT_DIR,
+        lambda out: {out / "chain.json": chain, out / "bundle.json": bundle},
+    )
 
 
 if __name__ == "__main__":
