@@ -14,10 +14,10 @@ from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, loads
 T = TypeVar("T")
 
 
-def refuse(code: str, message: str) -> NoReturn:
-    """Print ``error: <code>: <message>`` on stderr and exit 2 (input refused)."""
+def refuse(code: str, message: str, *, exit_code: int = 2) -> NoReturn:
+    """Print ``error: <code>: <message>`` on stderr and exit (2: input refused)."""
     typer.echo(f"error: {code}: {message}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(exit_code)
 
 
 def read_bounded(path: Path) -> bytes:

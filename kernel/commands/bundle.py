@@ -51,11 +51,6 @@ def manifest_for(choice: ManifestChoice) -> AuthorityManifest:
             assert_never(choice)
 
 
-def _fail(code: str, message: str) -> None:
-    typer.echo(f"error: {code}: {message}", err=True)
-    raise typer.Exit(1)
-
-
 def seal_bundle(draft: SearchDraft, manifest: AuthorityManifest) -> ReplayBundle:
     """The sealed bundle for ``draft``; raises ValueError when it cannot be one."""
     authority = manifest.contract_authorities.get(draft.candidate_organ)
@@ -107,8 +102,7 @@ def register(app: typer.Typer) -> None:
             bundle = seal_bundle(draft, manifest_for(manifest))
         except ValueError as exc:
             code, _, message = str(exc).partition(": ")
-            _fail(code, f"{draft_path}: {message}")
-            return
+            refuse(code, f"{draft_path}: {message}", exit_code=1)
         data = dumps(bundle) + b"\n"
         if out is None:
             typer.echo(data.decode("utf-8"), nl=False)

@@ -29,6 +29,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from kernel.commands._io import refuse as _refuse
 from kernel.external import (
     ExternalError,
     PinMismatchError,
@@ -63,11 +64,6 @@ app = typer.Typer(
 )
 
 _REPO_HELP = "Repository root for the specification and inputs (default: the manifest's folder)."
-
-
-def _refuse(code: str, message: str) -> NoReturn:
-    typer.echo(f"error: {code}: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _emit(value: JsonValue) -> None:

@@ -24,6 +24,7 @@ from typing import Annotated, NoReturn, TypeVar
 import typer
 
 from kernel.commands._io import read_bounded
+from kernel.commands._io import refuse as _refuse
 from kernel.identity import JsonValue
 from kernel.serde import SerdeError, dumps, parse_json, structure
 from kernel.verification import (
@@ -55,11 +56,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-def _refuse(code: str, message: str) -> NoReturn:
-    typer.echo(f"error: {code}: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _read_json(path: str) -> JsonValue:
