@@ -76,7 +76,10 @@ def test_smt_pair_z3_produces_and_cvc5_checks(manifest: Path, tmp_path: Path) ->
         "abs_nonnegative unsat\nabs_triangle unsat\n"
     )
     assert "cvc5: abs_triangle: unsat" in (attempt / "checker" / "stdout.log").read_text()
-    replay = kernel("check", "replay", attempt, "--replay-id", "again")
+    replay = kernel(
+        "check", "replay", attempt, "--manifest", manifest, "--repo", EXAMPLES,
+        "--replay-id", "again",
+    )  # fmt: skip
     assert replay.returncode == 0, replay.stdout + replay.stderr
 
 
@@ -97,7 +100,10 @@ def test_sat_pair_cadical_drat_proof_checked_independently(manifest: Path, tmp_p
     proof = (attempt / "evidence" / "proof.drat").read_text().splitlines()
     assert proof[-1] == "0" and len(proof) > 10
     assert "drat: accepted" in (attempt / "checker" / "stdout.log").read_text()
-    replay = kernel("check", "replay", attempt, "--replay-id", "again")
+    replay = kernel(
+        "check", "replay", attempt, "--manifest", manifest, "--repo", EXAMPLES,
+        "--replay-id", "again",
+    )  # fmt: skip
     assert replay.returncode == 0, replay.stdout + replay.stderr
 
 

@@ -64,7 +64,10 @@ def test_run_blocked_exits_1_and_replay_reports_its_own_outcome(tmp_path: Path) 
     )  # fmt: skip
     assert done.returncode == 1
     assert json.loads(done.stdout)["metadata"]["reason"] == "receipt_missing"
-    replay = kernel("check", "replay", scenario.run_root / "cli-2", "--replay-id", "again")
+    replay = kernel(
+        "check", "replay", scenario.run_root / "cli-2", "--manifest", scenario.manifest_path,
+        "--repo", scenario.repo, "--replay-id", "again",
+    )  # fmt: skip
     assert replay.returncode == 1
     metadata = json.loads(replay.stdout)["metadata"]
     assert metadata["kind"] == "replay" and metadata["reason"] == "receipt_missing"
@@ -113,7 +116,7 @@ def test_refused_input_is_one_line_on_stderr_with_exit_2(
     elif setup == "existing-run":
         (scenario.run_root / "taken").mkdir(parents=True)
     if setup == "bad-replay":
-        done = kernel("check", "replay", tmp_path)
+        done = kernel("check", "replay", tmp_path, "--manifest", manifest, "--repo", scenario.repo)
     else:
         done = kernel(
             "check", "run", manifest, check, "--job", job, "--run-root", scenario.run_root,

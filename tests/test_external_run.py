@@ -160,11 +160,33 @@ def test_pin_that_does_not_hold_at_identity_build_blocks(tmp_path: Path) -> None
 
 
 def test_checker_that_modifies_its_own_script_blocks_after_the_run(tmp_path: Path) -> None:
+    # The checker runs a sealed copy (its __file__ is /dev/fd/N, read-only), so
+    # it edits the pinned file through its path on disk.
+    script = tmp_path / "scripts" / "checker.py"
     scenario = Scenario(
         tmp_path,
-        checker_custom="open(__file__, 'a').write('# tampered\\n')",
+        checker_custom=f"open({str(script)!r}, 'a').write('# tampered\\n')",
     )
+    assert scenario.checker_script == script
     assert scenario.run().reason is Reason.PIN_CHANGED_DURING_RUN
+
+
+def test_a_checker_cannot_write_to_the_sealed_copy_it_runs(tmp_path: Path) -> None:
+    scenario = Scenario(
+        tmp_path,
+        checker_custom=(
+            "try:\n"
+            "    with open(__file__, 'r+b') as handle:\n"
+            "        handle.write(b'#')\n"
+            "except OSError:\n"
+            "    pass\n"
+            "else:\n"
+            "    EXIT = 3\n"
+        ),
+    )
+    outcome = scenario.run()
+    assert outcome.status is Status.PASS, outcome.metadata.detail
+    assert outcome.metadata.containment is not None
 
 
 def test_job_digest_and_binding_are_validated_before_execution(tmp_path: Path) -> None:

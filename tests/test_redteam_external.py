@@ -50,9 +50,21 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
     assert_no_leftover(tmp_path)
 
 
+def _operator_config(run_dir: Path) -> dict[str, Path]:
+    """The operator's manifest and repository: the Scenario's files above the run.
+
+    Found from the test's own layout, never from anything the run recorded.
+    """
+    for folder in Path(run_dir).parents:
+        if (folder / "manifest.json").is_file() and (folder / "repo").is_dir():
+            return {"manifest_path": folder / "manifest.json", "repository_root": folder / "repo"}
+    raise AssertionError(f"no Scenario above {run_dir}")
+
+
 def _replay(run_dir: str | Path, replay_id: str = "replay-1", **kwargs: Any) -> RunOutcome:
     return replay_run(
         Path(run_dir),
+        **{**_operator_config(Path(run_dir)), **kwargs},
         replay_id=replay_id,
         limits=RunLimits(30.0, 30.0),
         environment=default_environment(),

@@ -171,12 +171,18 @@ def run_command(
 def replay_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by 'check run'.")],
     manifest: Annotated[
-        Path | None,
-        typer.Option("--manifest", help="Current manifest (default: the one the run recorded)."),
-    ] = None,
+        Path,
+        typer.Option(
+            "--manifest",
+            help="The current accepted manifest (required: never read from the run directory).",
+        ),
+    ],
     repo: Annotated[
-        Path | None, typer.Option("--repo", help="Repository root (default: the recorded one).")
-    ] = None,
+        Path,
+        typer.Option(
+            "--repo", help="Repository root (required: never read from the run directory)."
+        ),
+    ],
     replay_id: Annotated[
         str | None, typer.Option("--replay-id", help="Replay id (default: a fresh random one).")
     ] = None,
@@ -186,6 +192,8 @@ def replay_command(
 ) -> None:
     """Re-run only the currently pinned checker on the retained evidence.
 
+    The manifest and repository are the operator's: nothing in RUN_DIR is
+    configuration, only evidence checked against the digests the run recorded.
     The stored status and receipt are ignored; the result lands in
     RUN_DIR/replays/<replay id>. Exit 0 PASS, 1 BLOCKED, 2 usage error or
     input refused.
@@ -196,12 +204,12 @@ def replay_command(
         with _cancel_on_signals() as cancel:
             outcome = replay_run(
                 run_dir,
+                manifest_path=manifest,
+                repository_root=repo,
                 replay_id=replay_id or _fresh_id(),
                 limits=limits,
                 environment=default_environment(),
                 cancel=cancel,
-                manifest_path=manifest,
-                repository_root=repo,
             )
         _emit_outcome(outcome)
 

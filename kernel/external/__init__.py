@@ -12,6 +12,7 @@ and ``kernel.serde``; nothing pure imports it.
   otherwise BLOCKED with a ``Reason``.
 """
 
+from kernel.external._contain import ContainmentLevel, available_level
 from kernel.external._identity import CheckIdentity, check_identity, identity_object
 from kernel.external._job import Job, job_digest_of, load_job, seal_job
 from kernel.external._manifest import (
@@ -63,6 +64,7 @@ __all__ = [
     "CheckIdentity",
     "Claim",
     "Command",
+    "ContainmentLevel",
     "ExternalError",
     "FileDigest",
     "Job",
@@ -88,6 +90,7 @@ __all__ = [
     "Stage",
     "Status",
     "Verdict",
+    "available_level",
     "check_identity",
     "default_environment",
     "expand_argv",

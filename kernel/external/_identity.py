@@ -48,6 +48,10 @@ def identity_object(entry: CheckEntry) -> JsonValue:
     """The identity object of ``entry`` without checking pins (pure)."""
     body = unstructure(entry)
     assert isinstance(body, dict)
+    # An entry that requires no containment level is identified exactly as
+    # before the field existed: the identity is the entry as written.
+    if body.get("required_containment") is None:
+        body.pop("required_containment", None)
     return {"identity_version": IDENTITY_VERSION, **body}
 
 

@@ -17,7 +17,9 @@ Rules (seed 003, "Roles and accepted declarations", "Command identity",
   SHA-256; a version string is not a pin;
 - ``argv[0]`` is the pinned executable (``{{python}}`` or its literal path):
   no unpinned program is ever launched directly;
-- every ``{{...}}`` in an argument is one of the six known placeholders.
+- every ``{{...}}`` in an argument is one of the six known placeholders;
+- ``required_containment`` (optional: ``"subreaper"`` or ``"namespace"``) is
+  the weakest containment the check may run under (ADR 0009).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import attrs
 import cattrs
 from cattrs.v import format_exception
 
+from kernel.external._contain import ContainmentLevel
 from kernel.external.errors import ManifestError
 from kernel.identity import JsonValue, is_digest
 from kernel.serde import SerdeError, make_converter, parse_json
@@ -223,6 +226,9 @@ class CheckEntry:
     evidence_artifacts: tuple[str, ...]
     producer: Command
     checker: Command
+    # The weakest containment (ADR 0009) this check may run under; None: any.
+    # Absent from a document means None, and then absent from identity(check).
+    required_containment: ContainmentLevel | None = None
 
     def declared_inputs(self) -> tuple[str, ...]:
         """The specification (always included) followed by the other inputs."""

@@ -15,6 +15,7 @@ from typing import Final, final
 
 import attrs
 
+from kernel.external._contain import ContainmentLevel
 from kernel.external._process import ProcessResult, ProcessStatus
 from kernel.identity import is_digest, sha256_hex
 
@@ -31,7 +32,7 @@ __all__ = [
     "summarize_process",
 ]
 
-METADATA_SCHEMA_VERSION: Final = 1
+METADATA_SCHEMA_VERSION: Final = 2
 
 
 @final
@@ -70,6 +71,7 @@ class Reason(enum.Enum):
     INPUT_MISSING = "input_missing"
     INPUT_ESCAPES_ROOT = "input_escapes_root"
     SNAPSHOT_MISMATCH = "snapshot_mismatch"
+    CONTAINMENT_UNAVAILABLE = "containment_unavailable"
     # around each launch
     PIN_CHANGED_BEFORE_LAUNCH = "pin_changed_before_launch"
     PIN_CHANGED_DURING_RUN = "pin_changed_during_run"
@@ -186,6 +188,7 @@ class RunMetadata:
     repository_root: str
     job_id: str
     job_digest: str
+    containment: ContainmentLevel | None
     check_digest: str | None = attrs.field(validator=_check_digest_or_none)
     input_digest: str | None = attrs.field(validator=_check_digest_or_none)
     inputs: tuple[FileDigest, ...]

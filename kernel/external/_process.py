@@ -16,8 +16,17 @@ Theory of operation (seed 003, "Process control and trust limits"):
 - an interrupt (``KeyboardInterrupt``) that lands inside ``Popen``, after the
   fork but before the pid is returned, kills every child of this process that
   leads its own session (only ``run_process`` starts those);
-- limits: a descendant that calls ``setsid`` itself leaves the group and is
-  not reached. There is no OS sandbox.
+- with a ``containment`` level (``kernel.external._contain``, ADR 0009) the
+  command runs through the launcher: in its own user + PID namespace, or
+  under a child subreaper. Then no descendant survives the step whatever it
+  did (``setsid``, ``setpgid``, double fork, ignoring SIGTERM), nor the
+  kernel's death: on expiry or cancellation the namespace's PID 1 is killed
+  (which empties the namespace) or the subreaper is told to kill everything
+  (SIGTERM) before the group kill;
+- the wait is on a pidfd (``poll``), woken by the leader's exit at once;
+  cancellation is looked at every ``poll_seconds``;
+- without a containment level (direct use of ``run_process``), a descendant
+  that calls ``setsid`` leaves the group and is not reached.
 """
 
 from __future__ import annotations
@@ -25,20 +34,24 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import select
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Final, final
+from typing import IO, Final, assert_never, final
 
 import attrs
+
+from kernel.external._contain import ContainmentLevel, launcher_argv, leader_children
 
 __all__ = ["ProcessResult", "ProcessStatus", "run_process"]
 
 _READ_CHUNK: Final = 64 * 1024
 _READER_JOIN_SECONDS: Final = 5.0
+_SUBREAPER_GRACE_SECONDS: Final = 5.0
 
 
 @final
@@ -121,6 +134,66 @@ def _kill_session_children() -> None:
                 _kill_group(pid)
 
 
+def _wait_exit(pid: int, pidfd: int | None, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``pid`` to exit (not reaped); True once it has."""
+    if pidfd is None:
+        if _leader_exited(pid):
+            return True
+        time.sleep(seconds)
+        return _leader_exited(pid)
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(max(0, int(seconds * 1000)))) or _leader_exited(pid)
+
+
+def _close_report(report: tuple[int, int] | None, *, both: bool) -> None:
+    if report is not None:
+        for fd in report if both else report[:1]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _read_report(report: tuple[int, int] | None) -> str:
+    """What the launcher wrote on its report pipe (a failed exec), after the step ended."""
+    if report is None:
+        return ""
+    try:
+        os.set_blocking(report[0], False)
+        return os.read(report[0], 4096).decode("utf-8", "backslashreplace")
+    except OSError:  # nothing written (EAGAIN) or the pipe is gone
+        return ""
+    finally:
+        _close_report(report, both=False)
+
+
+def _open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _stop_contained(pid: int, pidfd: int | None, level: ContainmentLevel | None) -> None:
+    """Before the group kill: end every process of a contained step, not only the group."""
+    match level:
+        case None:
+            return
+        case ContainmentLevel.NAMESPACE:
+            # The leader is unshare (not reaped, so its pid is stable); its child is
+            # the namespace's PID 1, whose death kills and reaps the whole namespace
+            # before unshare's waitpid returns.
+            for child in leader_children(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(child, signal.SIGKILL)
+        case ContainmentLevel.SUBREAPER:
+            # The launcher kills and reaps every descendant on SIGTERM, then exits.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        case _:
+            assert_never(level)
+    _wait_exit(pid, pidfd, _SUBREAPER_GRACE_SECONDS)
+
+
 def run_process(
     argv: Sequence[str],
     *,
@@ -131,18 +204,34 @@ def run_process(
     stdout_limit: int,
     stderr_limit: int,
     poll_seconds: float = 0.02,
+    containment: ContainmentLevel | None = None,
+    executable_fd: int | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessResult:
     """Run ``argv`` (no shell) in ``cwd`` with exactly ``env``.
 
     Returns ``TIMED_OUT`` past ``timeout_seconds``, ``CANCELLED`` once
     ``cancel`` is set, ``LAUNCH_FAILED`` if the program cannot start, else
     ``EXITED`` with the exit code. Every way out kills the process group.
+
+    With ``containment``, ``executable_fd`` (a sealed copy of ``argv[0]``'s
+    bytes) is what runs, with ``argv[0]`` unchanged, through the launcher at
+    that level; ``pass_fds`` are kept open for the command (its sealed scripts).
     """
     if timeout_seconds <= 0:
         raise ValueError("timeout_seconds must be positive")
+    if (containment is None) != (executable_fd is None):
+        raise ValueError("containment and executable_fd go together")
+    report: tuple[int, int] | None = None
     try:
+        command = list(argv)
+        extra_fds: tuple[int, ...] = ()
+        if containment is not None and executable_fd is not None:
+            report = os.pipe()
+            command = list(launcher_argv(containment, report[1], executable_fd, argv))
+            extra_fds = (executable_fd, report[1])
         proc = subprocess.Popen(
-            list(argv),
+            command,
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -150,21 +239,28 @@ def run_process(
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
+            pass_fds=tuple(pass_fds) + extra_fds,
             shell=False,
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        _close_report(report, both=True)
         return ProcessResult(ProcessStatus.LAUNCH_FAILED, None, b"", b"", False, False, str(exc))
     except BaseException:
+        _close_report(report, both=True)
         # Interrupted (KeyboardInterrupt) inside Popen: the child may already be
         # forked while its pid never reached us. Only run_process starts children
         # that lead their own session, so kill every such child's group.
         _kill_session_children()
         raise
+    if report is not None:
+        os.close(report[1])  # the launcher holds the write end now
     status = ProcessStatus.EXITED
+    pidfd: int | None = None
     # From here on the group kill is armed: an interrupt (KeyboardInterrupt from
     # Ctrl-C or kernel run's SIGTERM) can land on any line, even while the
     # reader threads start, and must never leave the command running.
     try:
+        pidfd = _open_pidfd(proc.pid)
         assert proc.stdout is not None and proc.stderr is not None
         out, err = _Capture(stdout_limit), _Capture(stderr_limit)
         readers = [
@@ -174,23 +270,41 @@ def run_process(
         for reader in readers:
             reader.start()
         deadline = time.monotonic() + timeout_seconds
-        while not _leader_exited(proc.pid):
+        while True:
             if cancel is not None and cancel.is_set():
                 status = ProcessStatus.CANCELLED
                 break
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 status = ProcessStatus.TIMED_OUT
                 break
-            if cancel is not None:
-                cancel.wait(poll_seconds)
-            else:
-                time.sleep(poll_seconds)
+            # Without a cancel event a pidfd wait sleeps until the exit or the deadline.
+            wait = remaining if cancel is None and pidfd is not None else poll_seconds
+            if _wait_exit(proc.pid, pidfd, min(remaining, wait)):
+                break
     finally:
-        # With start_new_session the leader's pid is the group id.
-        _kill_group(proc.pid)
-        returncode = proc.wait()
+        try:
+            if status is not ProcessStatus.EXITED or not _leader_exited(proc.pid):
+                _stop_contained(proc.pid, pidfd, containment)
+        finally:
+            # With start_new_session the leader's pid is the group id.
+            _kill_group(proc.pid)
+            returncode = proc.wait()
+            if pidfd is not None:
+                os.close(pidfd)
     for reader in readers:
         reader.join(_READER_JOIN_SECONDS)
+    failure = _read_report(report)
+    if failure:
+        return ProcessResult(
+            ProcessStatus.LAUNCH_FAILED,
+            None,
+            bytes(out.data),
+            bytes(err.data),
+            out.truncated,
+            err.truncated,
+            failure,
+        )
     detail = {
         ProcessStatus.EXITED: f"exited with status {returncode}",
         ProcessStatus.TIMED_OUT: f"still running after {timeout_seconds:g}s; process group killed",

@@ -6,15 +6,21 @@ Theory of operation (seed 003, "Replay"):
   (regular files, no symlink), and the job must be the one the metadata
   records; ``replays/`` must be absent or a plain directory (never followed);
   the stored status, verdict and receipt are never used as a checking result;
-- the *current* manifest entry (re-loaded from the recorded manifest path
-  unless overridden) gives the specification, obligations and identity; the
-  identity is rebuilt, so every pin must hold now;
+- nothing read from the run directory is configuration (ADR 0009): the
+  manifest and the repository root are the operator's (required arguments);
+  the ``manifest_path`` and ``repository_root`` the run recorded are never
+  opened. What is read back (metadata, job, evidence) is evidence, checked
+  against each other and against the digests the run recorded;
+- the *current* manifest entry (from the operator's manifest) gives the
+  specification, obligations and identity; the identity is rebuilt, so every
+  pin must hold now;
 - the retained ``evidence/`` must still be exactly the recorded artifacts,
   byte for byte (``evidence_changed`` otherwise), and the artifact list must
   still be the one the current entry declares;
 - a fresh attempt directory ``run_dir/replays/<replay_id>`` receives a fresh
   snapshot of the current inputs and a copy of the retained evidence; the
   checker runs there with a fresh request naming the replay id as its run id;
+- the checker runs contained exactly as in a run (ADR 0009);
 - the new receipt, request and artifact digests are retained in the attempt's
   own ``metadata.json``. The producer never runs.
 """
@@ -28,6 +34,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from kernel.external._contain import ContainmentLevel
 from kernel.external._files import list_digest, read_capped, write_atomic
 from kernel.external._job import MAX_JOB_BYTES, Job
 from kernel.external._manifest import load_manifest
@@ -41,6 +48,7 @@ from kernel.external._run import (
     build_identity,
     check_job,
     check_phase,
+    choose_containment,
     finish,
     freeze_snapshot,
     fresh_attempt,
@@ -103,15 +111,19 @@ def _replays_parent(run_dir: Path) -> Path:
 def replay_run(
     run_dir: Path,
     *,
+    manifest_path: Path,
+    repository_root: Path,
     replay_id: str,
     limits: RunLimits,
     environment: Mapping[str, str],
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
-    manifest_path: Path | None = None,
-    repository_root: Path | None = None,
+    max_containment: ContainmentLevel | None = None,
 ) -> RunOutcome:
     """Replay the run retained in ``run_dir`` (checker only) in a fresh attempt.
+
+    ``manifest_path`` and ``repository_root`` come from the operator, never
+    from the run directory.
 
     Raises ``RunRecordError`` if the retained run cannot be read back,
     ``ManifestError`` if the current manifest or entry is refused, and
@@ -122,8 +134,7 @@ def replay_run(
     if original.kind is not RunKind.RUN:
         raise RunRecordError("not_a_run", f"{run_dir} holds a {original.kind.value}, not a run")
     job, job_bytes = _read_job(run_dir / "job.json", original)
-    manifest_file = manifest_path or Path(original.manifest_path)
-    root = repository_root or Path(original.repository_root)
+    manifest_file, root = manifest_path, repository_root
     entry = load_manifest(manifest_file, repository_root=root).entry(original.check_id)
     require_utf8_path(os.path.abspath(manifest_file), "manifest path")
     require_utf8_path(os.path.abspath(root), "repository root")
@@ -142,6 +153,7 @@ def replay_run(
     def body() -> None:
         write_atomic(attempt.root / "job.json", job_bytes)
         check_job(job, entry)
+        containment = choose_containment(entry, rec, max_containment)
         identity = build_identity(entry, rec, attempt)
         if progress is not None:
             progress(Stage.IDENTITY_BUILT)
@@ -179,6 +191,7 @@ def replay_run(
             environment=environment,
             cancel=cancel,
             progress=progress,
+            containment=containment,
         )
 
     return finish(rec, attempt, body)

@@ -44,6 +44,13 @@ from typing import Final, final
 
 import attrs
 
+from kernel.external._contain import (
+    ContainmentLevel,
+    SealedFile,
+    available_level,
+    close_sealed,
+    seal_copy,
+)
 from kernel.external._files import (
     list_digest,
     read_capped,
@@ -54,7 +61,7 @@ from kernel.external._files import (
 )
 from kernel.external._identity import CheckIdentity, all_pins, check_identity
 from kernel.external._job import Job, job_digest_of
-from kernel.external._manifest import PLACEHOLDERS, CheckEntry, Command, check_identifier
+from kernel.external._manifest import PLACEHOLDERS, CheckEntry, Command, Pin, check_identifier
 from kernel.external._outcome import (
     METADATA_SCHEMA_VERSION,
     FileDigest,
@@ -165,6 +172,7 @@ class _Recorder:
     repository_root: str
     job_id: str
     job_digest: str
+    containment: ContainmentLevel | None = None
     check_digest: str | None = None
     input_digest: str | None = None
     inputs: tuple[FileDigest, ...] = ()
@@ -192,6 +200,7 @@ class _Recorder:
             self.repository_root,
             self.job_id,
             self.job_digest,
+            self.containment,
             self.check_digest,
             self.input_digest,
             self.inputs,
@@ -273,6 +282,23 @@ def check_job(job: Job, entry: CheckEntry) -> None:
         raise _Block(
             Reason.JOB_CHECK_MISMATCH, f"job is for {job.check_id!r}, not {entry.check_id!r}"
         )
+
+
+def choose_containment(
+    entry: CheckEntry, rec: _Recorder, max_containment: ContainmentLevel | None
+) -> ContainmentLevel:
+    """The level every step of this run uses (ADR 0009); never weaker than required."""
+    level = available_level(max_containment)
+    required = entry.required_containment
+    if level is None or not level.satisfies(required):
+        have = "none" if level is None else level.value
+        want = "any" if required is None else required.value
+        raise _Block(
+            Reason.CONTAINMENT_UNAVAILABLE,
+            f"the check requires containment {want}; this machine gives {have}",
+        )
+    rec.containment = level
+    return level
 
 
 def build_identity(entry: CheckEntry, rec: _Recorder, attempt: _Attempt) -> CheckIdentity:
@@ -402,6 +428,49 @@ def _reason_for(role: str, status: ProcessStatus) -> Reason:
             return Reason.PRODUCER_FAILED if role == "producer" else Reason.CHECKER_FAILED
 
 
+def _sealed_command(
+    role: str, command: Command, argv: tuple[str, ...]
+) -> tuple[SealedFile, tuple[str, ...], tuple[SealedFile, ...]]:
+    """Seal the executable and each argument naming a pinned dependency; verify the copies.
+
+    Returns the sealed executable, the argv where each such argument is now
+    ``/dev/fd/N`` of its sealed copy, and those copies. Raises ``_Block``.
+    """
+    sealed: list[SealedFile] = []
+    try:
+        executable = _seal_pin(role, command.executable, sealed)
+        pinned = {pin.path: pin for pin in command.dependencies}
+        rewritten = [argv[0]]
+        for argument in argv[1:]:
+            pin = pinned.get(argument)
+            if pin is None:
+                rewritten.append(argument)
+                continue
+            copy = _seal_pin(role, pin, sealed)
+            rewritten.append(f"/dev/fd/{copy.fd}")
+    except BaseException:
+        close_sealed(sealed)
+        raise
+    return executable, tuple(rewritten), tuple(sealed[1:])
+
+
+def _seal_pin(role: str, pin: Pin, sealed: list[SealedFile]) -> SealedFile:
+    try:
+        copy = seal_copy(pin.path)
+    except OSError as exc:
+        raise _Block(
+            Reason.PIN_CHANGED_BEFORE_LAUNCH,
+            f"before the {role} launch: {pin.path}: {exc.strerror or exc}",
+        ) from exc
+    sealed.append(copy)
+    if copy.sha256 != pin.sha256:
+        raise _Block(
+            Reason.PIN_CHANGED_BEFORE_LAUNCH,
+            f"before the {role} launch: {pin.path}: sha256 {copy.sha256} != pinned {pin.sha256}",
+        )
+    return copy
+
+
 def launch(
     role: str,
     entry: CheckEntry,
@@ -411,29 +480,39 @@ def launch(
     limits: RunLimits,
     environment: Mapping[str, str],
     cancel: threading.Event | None,
+    containment: ContainmentLevel,
 ) -> ProcessSummary:
-    """Re-check every pin, run one command in snapshot/, keep its output; map failures."""
+    """Re-check every pin, run one command in snapshot/, keep its output; map failures.
+
+    What runs is sealed copies (ADR 0009): the executable and the scripts named
+    in argv are the bytes just hashed, whatever happens to the files meanwhile.
+    """
     command = entry.producer if role == "producer" else entry.checker
     recheck_pins(entry, Reason.PIN_CHANGED_BEFORE_LAUNCH, f"before the {role} launch")
     argv = expand_argv(command.argv, attempt.placeholders(command, role))
     if argv[0] != command.executable.path:  # the manifest validator makes this an invariant
         raise _Block(Reason.LAUNCH_FAILED, f"{role} argv[0] is not the pinned executable")
-    result = run_process(
-        argv,
-        cwd=attempt.snapshot,
-        env=environment,
-        timeout_seconds=timeout_seconds,
-        cancel=cancel,
-        stdout_limit=limits.output_limit_bytes,
-        stderr_limit=limits.output_limit_bytes,
-    )
+    executable, argv, scripts = _sealed_command(role, command, argv)
+    try:
+        result = run_process(
+            argv,
+            cwd=attempt.snapshot,
+            env=environment,
+            timeout_seconds=timeout_seconds,
+            cancel=cancel,
+            stdout_limit=limits.output_limit_bytes,
+            stderr_limit=limits.output_limit_bytes,
+            containment=containment,
+            executable_fd=executable.fd,
+            pass_fds=tuple(script.fd for script in scripts),
+        )
+    finally:
+        close_sealed((executable, *scripts))
     directory = attempt.role_dir(role)
     summary = summarize_process(result)
     if not _is_real_directory(directory):
         # Never write (logs) or read (a receipt) through a directory the command swapped.
-        raise _Block(
-            Reason.RUN_DIR_TAMPERED, f"{role}/ is no longer a plain directory", summary
-        )
+        raise _Block(Reason.RUN_DIR_TAMPERED, f"{role}/ is no longer a plain directory", summary)
     write_atomic(directory / "stdout.log", result.stdout)
     write_atomic(directory / "stderr.log", result.stderr)
     if result.status is not ProcessStatus.EXITED or result.returncode != 0:
@@ -475,6 +554,7 @@ def request_object(
         "evidence": unstructure(rec.artifacts) if checker else None,
         "evidence_digest": rec.evidence_digest if checker else None,
         "receipt_schema_version": 1,
+        "containment": rec.containment.value if rec.containment is not None else None,
         "paths": {
             name: places[name] for name in ("run_dir", "snapshot", "evidence", "request", "receipt")
         },
@@ -493,6 +573,7 @@ def check_phase(
     environment: Mapping[str, str],
     cancel: threading.Event | None,
     progress: Progress | None,
+    containment: ContainmentLevel,
 ) -> Verdict:
     """Seed 003 steps 4-6: fresh request, checker run, post-run checks, receipt."""
     directory = attempt.role_dir("checker")
@@ -516,6 +597,7 @@ def check_phase(
             limits=limits,
             environment=environment,
             cancel=cancel,
+            containment=containment,
         )
     except _Block as block:
         rec.checker = block.summary
@@ -609,13 +691,16 @@ def run_check(
     environment: Mapping[str, str],
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
+    max_containment: ContainmentLevel | None = None,
 ) -> RunOutcome:
     """Run the producer and the checker of ``entry`` for ``job`` in a fresh directory.
 
     Returns PASS only for an accepting valid receipt, else BLOCKED with a
     ``Reason``. Raises ``RunDirectoryError`` if ``run_root/run_id`` cannot be
     created fresh (or a path it records is not UTF-8: ``path_not_utf8``) or its
-    metadata cannot be written.
+    metadata cannot be written. Both commands run at the strongest containment
+    level available (at most ``max_containment``); a check requiring more ends
+    BLOCKED ``containment_unavailable`` before anything runs.
     """
     require_utf8_path(os.path.abspath(manifest_path), "manifest path")
     require_utf8_path(os.path.abspath(repository_root), "repository root")
@@ -634,6 +719,7 @@ def run_check(
     def body() -> None:
         write_atomic(attempt.root / "job.json", dumps(job) + b"\n")
         check_job(job, entry)
+        containment = choose_containment(entry, rec, max_containment)
         identity = build_identity(entry, rec, attempt)
         if progress is not None:
             progress(Stage.IDENTITY_BUILT)
@@ -659,6 +745,7 @@ def run_check(
                 limits=limits,
                 environment=environment,
                 cancel=cancel,
+                containment=containment,
             )
         except _Block as block:
             rec.producer = block.summary
@@ -681,6 +768,7 @@ def run_check(
             environment=environment,
             cancel=cancel,
             progress=progress,
+            containment=containment,
         )
 
     return finish(rec, attempt, body)

@@ -1,0 +1,324 @@
+"""Containment of one step, and the exact bytes it executes (ADR 0009).
+
+Theory of operation:
+
+- **Levels.** ``NAMESPACE``: the step runs as PID 1 of its own user + PID
+  namespace (``unshare --user --pid --fork --kill-child --mount-proc`` from
+  util-linux), entered through ``setpriv --pdeathsig KILL``. When the step's
+  first process exits, Linux kills every other process of the namespace and
+  ``unshare`` returns only once they are all reaped; ``setsid``, ``setpgid``,
+  double forks and ignored signals do not leave a PID namespace. If the kernel
+  dies (even SIGKILL), ``unshare`` gets SIGKILL (parent-death signal), and its
+  ``--kill-child`` takes PID 1 and so the whole namespace with it.
+  ``SUBREAPER``: where namespaces are refused, a small launcher becomes a child
+  subreaper (``PR_SET_CHILD_SUBREAPER``): every orphaned descendant is
+  re-parented to it, and it kills and reaps all of them when the command ends,
+  on SIGTERM, and when the kernel dies (its parent-death signal is SIGTERM).
+- **Availability** is probed once per process by running the namespace chain
+  on ``/bin/true``; a caller can cap the level (``max_level``), which is how a
+  machine without namespaces is simulated in tests. Nothing is silently
+  weaker: a check that requires more than is available ends BLOCKED.
+- **Exact bytes.** The executable and every argument that names one of the
+  command's pinned ``dependencies`` (its scripts) are copied into a sealed
+  ``memfd`` (no write, grow, shrink, nor further seal changes, for anyone),
+  the sealed copy is hashed, and the step runs *that* copy: the launcher
+  ``execve``s ``/proc/self/fd/N`` with ``argv[0]`` still the pinned path (an
+  interpreter finds its prefix and venv from ``argv[0]``), and a script
+  argument becomes ``/dev/fd/M``. Swapping or editing the file on disk after
+  it was hashed changes nothing that runs.
+- The wrapper tools are searched in ``/usr/bin`` and ``/bin`` only (never the
+  environment's ``PATH``); they and the kernel's own interpreter, which runs
+  the launcher from source held in memory (``-I -S -c``), are the kernel's
+  trusted base, not pinned by a manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import functools
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, assert_never, final
+
+import attrs
+
+__all__ = [
+    "ContainmentLevel",
+    "LAUNCHER_SOURCE",
+    "SealedFile",
+    "available_level",
+    "close_sealed",
+    "launcher_argv",
+    "leader_children",
+    "seal_copy",
+]
+
+_TOOL_DIRS: Final = ("/usr/bin", "/bin")
+_PROBE_TIMEOUT_SECONDS: Final = 10.0
+_CHUNK: Final = 1024 * 1024
+
+
+@final
+class ContainmentLevel(enum.Enum):
+    """How strongly a step's processes are held; ordered weakest first."""
+
+    SUBREAPER = "subreaper"
+    NAMESPACE = "namespace"
+
+    @property
+    def rank(self) -> int:
+        """Position in the order weakest (0) to strongest."""
+        return _RANKS[self]
+
+    def satisfies(self, required: ContainmentLevel | None) -> bool:
+        """Whether this level is at least ``required`` (None requires nothing)."""
+        return required is None or self.rank >= required.rank
+
+
+_RANKS: Final = {ContainmentLevel.SUBREAPER: 0, ContainmentLevel.NAMESPACE: 1}
+
+
+def _tool(name: str) -> str | None:
+    for directory in _TOOL_DIRS:
+        candidate = os.path.join(directory, name)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _namespace_prefix() -> tuple[str, ...] | None:
+    setpriv, unshare = _tool("setpriv"), _tool("unshare")
+    if setpriv is None or unshare is None:
+        return None
+    return (
+        setpriv, "--pdeathsig", "KILL", "--",
+        unshare, "--user", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
+    )  # fmt: skip
+
+
+@functools.cache
+def _namespaces_work() -> bool:
+    prefix = _namespace_prefix()
+    true = _tool("true")
+    if prefix is None or true is None or not hasattr(os, "memfd_create"):
+        return False
+    try:
+        done = subprocess.run(
+            [*prefix, true],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin"},
+            timeout=_PROBE_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def _subreaper_works() -> bool:
+    return sys.platform == "linux" and hasattr(os, "memfd_create")
+
+
+def available_level(max_level: ContainmentLevel | None = None) -> ContainmentLevel | None:
+    """The strongest level this machine gives, capped at ``max_level``; None if none."""
+    cap = max_level.rank if max_level is not None else ContainmentLevel.NAMESPACE.rank
+    if cap >= ContainmentLevel.NAMESPACE.rank and _namespaces_work():
+        return ContainmentLevel.NAMESPACE
+    if _subreaper_works():
+        return ContainmentLevel.SUBREAPER
+    return None
+
+
+# --- exact bytes ----------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class SealedFile:
+    """A sealed in-memory copy of a pinned file: its descriptor and the SHA-256 of its bytes."""
+
+    path: str
+    fd: int
+    sha256: str
+
+
+_SEALS: Final = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def seal_copy(path: str) -> SealedFile:
+    """Copy the regular file reached through ``path`` into a sealed memfd; hash the copy.
+
+    The hash is taken *after* sealing, from the memfd itself: those are the
+    bytes any process given the descriptor reads or executes. Raises ``OSError``.
+    """
+    source = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not _is_regular(source):
+            raise OSError(f"{path} is not a regular file")
+        sealed = os.memfd_create("pinned", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            while chunk := os.read(source, _CHUNK):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(sealed, view) :]
+            fcntl.fcntl(sealed, fcntl.F_ADD_SEALS, _SEALS)
+            hasher = hashlib.sha256()
+            offset = 0
+            while chunk := os.pread(sealed, _CHUNK, offset):
+                hasher.update(chunk)
+                offset += len(chunk)
+        except BaseException:
+            os.close(sealed)
+            raise
+    finally:
+        os.close(source)
+    return SealedFile(path, sealed, hasher.hexdigest())
+
+
+def _is_regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def close_sealed(files: Sequence[SealedFile]) -> None:
+    """Close every sealed copy (after the step ended)."""
+    for sealed in files:
+        with contextlib.suppress(OSError):
+            os.close(sealed.fd)
+
+
+# --- the launcher ----------------------------------------------------------------------
+
+# Run by the kernel's own interpreter with ``-I -S -c`` (no site, no environment,
+# no file read at launch). ``ns REPORT FD ARGV...``: exec /proc/self/fd/FD with
+# ARGV; a failed exec is written to the pipe REPORT (closed on a successful
+# exec), so the kernel tells "could not start" from "exited 127".
+# ``reap REPORT PARENT FD ARGV...``: become a child subreaper, run the command, then
+# kill and reap every descendant; SIGTERM (also the parent-death signal) does
+# the same at once. Exit status: the command's (a signal is re-raised).
+LAUNCHER_SOURCE: Final = r"""
+import ctypes, os, signal, sys
+def run(report, fd, argv):
+    os.set_inheritable(report, False)
+    try:
+        os.execve("/proc/self/fd/%d" % fd, argv, os.environ)
+    except OSError as exc:
+        os.write(report, ("cannot execute %s: %s" % (argv[0], exc)).encode())
+        os._exit(127)
+def children(me):
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2:].split()
+        if int(fields[1]) == me:
+            found.append(int(name))
+    return found
+def kill_all(me):
+    while True:
+        for pid in children(me):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                break
+def finish(status):
+    if status is not None and os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(status) if status is not None else 125)
+def reap(report, parent, fd, argv):
+    libc = ctypes.CDLL(None, use_errno=True)
+    me = os.getpid()
+    def stop(signum, frame):
+        kill_all(me)
+        os._exit(128 + signal.SIGTERM)
+    signal.signal(signal.SIGTERM, stop)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(125)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        os.write(2, b"kernel launcher: PR_SET_CHILD_SUBREAPER refused\n")
+        os._exit(125)
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != me:
+            os._exit(125)
+        run(report, fd, argv)
+    while True:
+        done, status = os.waitpid(pid, 0)
+        if done == pid:
+            break
+    kill_all(me)
+    finish(status)
+mode, report = sys.argv[1], int(sys.argv[2])
+if mode == "ns":
+    run(report, int(sys.argv[3]), sys.argv[4:])
+else:
+    reap(report, int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:])
+"""
+
+
+def launcher_argv(
+    level: ContainmentLevel, report_fd: int, executable_fd: int, argv: Sequence[str]
+) -> tuple[str, ...]:
+    """The argv that runs ``argv`` (whose program is the memfd ``executable_fd``) at ``level``.
+
+    A failed ``execve`` is reported on the pipe ``report_fd``.
+    """
+    launcher = (sys.executable, "-I", "-S", "-c", LAUNCHER_SOURCE)
+    match level:
+        case ContainmentLevel.NAMESPACE:
+            prefix = _namespace_prefix()
+            if prefix is None:  # available_level said yes: a tool vanished since
+                raise OSError("setpriv or unshare is no longer available")
+            return (*prefix, *launcher, "ns", str(report_fd), str(executable_fd), *argv)
+        case ContainmentLevel.SUBREAPER:
+            return (
+                *launcher, "reap", str(report_fd), str(os.getpid()), str(executable_fd), *argv
+            )  # fmt: skip
+        case _:
+            assert_never(level)
+
+
+def leader_children(pid: int) -> list[int]:
+    """Live children of ``pid`` (``/proc`` scan); used to kill a namespace's PID 1."""
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            data = Path("/proc", name, "stat").read_bytes()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2 :].split()
+        if int(fields[1]) == pid and fields[0] not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
