@@ -31,6 +31,7 @@ import typer
 
 from kernel.commands._io import refuse as _refuse
 from kernel.external import (
+    ContainmentLevel,
     ExternalError,
     PinMismatchError,
     RunLimits,
@@ -64,6 +65,10 @@ app = typer.Typer(
 )
 
 _REPO_HELP = "Repository root for the specification and inputs (default: the manifest's folder)."
+_CONTAINMENT_HELP = (
+    "Use at most this containment level (default: the strongest this machine gives). "
+    "A check whose manifest requires more ends BLOCKED containment_unavailable."
+)
 
 
 def _emit(value: JsonValue) -> None:
@@ -137,6 +142,9 @@ def run_command(
     checker_timeout: Annotated[
         float, typer.Option("--checker-timeout", help="Checker deadline in seconds.")
     ] = 300.0,
+    max_containment: Annotated[
+        ContainmentLevel | None, typer.Option("--max-containment", help=_CONTAINMENT_HELP)
+    ] = None,
 ) -> None:
     """Run the producer, then the checker, in RUN_ROOT/<run id>; print its metadata.
 
@@ -161,6 +169,7 @@ def run_command(
                 limits=limits,
                 environment=default_environment(),
                 cancel=cancel,
+                max_containment=max_containment,
             )
         _emit_outcome(outcome)
 
@@ -189,6 +198,9 @@ def replay_command(
     checker_timeout: Annotated[
         float, typer.Option("--checker-timeout", help="Checker deadline in seconds.")
     ] = 300.0,
+    max_containment: Annotated[
+        ContainmentLevel | None, typer.Option("--max-containment", help=_CONTAINMENT_HELP)
+    ] = None,
 ) -> None:
     """Re-run only the currently pinned checker on the retained evidence.
 
@@ -210,6 +222,7 @@ def replay_command(
                 limits=limits,
                 environment=default_environment(),
                 cancel=cancel,
+                max_containment=max_containment,
             )
         _emit_outcome(outcome)
 
