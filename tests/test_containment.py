@@ -11,6 +11,7 @@ after each test finds nothing left.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -33,7 +34,14 @@ from kernel.external import (
     identity_object,
     replay_run,
 )
-from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario, processes_mentioning
+from tests.test_external_helpers import (
+    HONEST_PRODUCER,
+    PYTHON,
+    Scenario,
+    canonical,
+    processes_mentioning,
+    sha256_file,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -464,3 +472,62 @@ def test_this_machine_gives_namespaces() -> None:
         pytest.skip("Linux only")
     assert available_level() is ContainmentLevel.NAMESPACE
     assert available_level(ContainmentLevel.SUBREAPER) is ContainmentLevel.SUBREAPER
+
+
+def test_a_consistently_rewritten_run_store_is_caught_by_the_operators_digest(
+    tmp_path: Path,
+) -> None:
+    # The attacker rewrites the evidence and every digest the metadata records
+    # for it (recomputed here with hashlib, as an attacker would).
+    scenario = Scenario(tmp_path)
+    run = scenario.run()
+    assert run.status is Status.PASS and run.metadata.evidence_digest is not None
+    kept = run.metadata.evidence_digest  # what the operator saw printed
+    proof = Path(run.attempt_dir, "evidence", "proof.txt")
+    proof.write_text("other evidence\n")
+    meta_path = Path(run.attempt_dir, "metadata.json")
+    meta = json.loads(meta_path.read_bytes())
+    meta["artifacts"] = [{"path": "proof.txt", "sha256": sha256_file(proof)}]
+    meta["evidence_digest"] = hashlib.sha256(
+        canonical([["proof.txt", sha256_file(proof)]])
+    ).hexdigest()
+    meta_path.write_text(json.dumps(meta))
+
+    def replay(replay_id: str, expected: str | None) -> RunOutcome:
+        return replay_run(
+            Path(run.attempt_dir),
+            manifest_path=scenario.manifest_path,
+            repository_root=scenario.repo,
+            replay_id=replay_id,
+            limits=RunLimits(30.0, 30.0),
+            environment=default_environment(),
+            expected_evidence_digest=expected,
+        )
+
+    # Without the operator's digest the checker judges the substituted evidence
+    # (this checker accepts anything): the digests agree with each other.
+    assert replay("unanchored", None).status is Status.PASS
+    anchored = replay("anchored", kept)
+    assert anchored.status is Status.BLOCKED
+    assert anchored.reason is Reason.EVIDENCE_CHANGED
+    assert anchored.metadata.checker is None
+
+
+def test_metadata_whose_evidence_digest_disagrees_with_its_artifacts_is_blocked(
+    tmp_path: Path,
+) -> None:
+    scenario = Scenario(tmp_path)
+    run = scenario.run()
+    meta_path = Path(run.attempt_dir, "metadata.json")
+    meta = json.loads(meta_path.read_bytes())
+    meta["evidence_digest"] = "0" * 63 + "1"
+    meta_path.write_text(json.dumps(meta))
+    replay = replay_run(
+        Path(run.attempt_dir),
+        manifest_path=scenario.manifest_path,
+        repository_root=scenario.repo,
+        replay_id="r",
+        limits=RunLimits(30.0, 30.0),
+        environment=default_environment(),
+    )
+    assert replay.reason is Reason.EVIDENCE_CHANGED

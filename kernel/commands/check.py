@@ -201,6 +201,16 @@ def replay_command(
     max_containment: Annotated[
         ContainmentLevel | None, typer.Option("--max-containment", help=_CONTAINMENT_HELP)
     ] = None,
+    evidence_digest: Annotated[
+        str | None,
+        typer.Option(
+            "--evidence-digest",
+            help=(
+                "The evidence_digest the run printed, kept by the operator: the retained "
+                "evidence must still have it (else BLOCKED evidence_changed)."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Re-run only the currently pinned checker on the retained evidence.
 
@@ -223,6 +233,7 @@ def replay_command(
                 environment=default_environment(),
                 cancel=cancel,
                 max_containment=max_containment,
+                expected_evidence_digest=evidence_digest,
             )
         _emit_outcome(outcome)
 

@@ -15,8 +15,10 @@ Theory of operation (seed 003, "Replay"):
   specification, obligations and identity; the identity is rebuilt, so every
   pin must hold now;
 - the retained ``evidence/`` must still be exactly the recorded artifacts,
-  byte for byte (``evidence_changed`` otherwise), and the artifact list must
-  still be the one the current entry declares;
+  byte for byte, their list digest the recorded ``evidence_digest``, and, when
+  the operator gives one, that digest the operator's (``evidence_changed``
+  otherwise); the artifact list must still be the one the current entry
+  declares;
 - a fresh attempt directory ``run_dir/replays/<replay_id>`` receives a fresh
   snapshot of the current inputs and a copy of the retained evidence; the
   checker runs there with a fresh request naming the replay id as its run id;
@@ -119,11 +121,15 @@ def replay_run(
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
     max_containment: ContainmentLevel | None = None,
+    expected_evidence_digest: str | None = None,
 ) -> RunOutcome:
     """Replay the run retained in ``run_dir`` (checker only) in a fresh attempt.
 
     ``manifest_path`` and ``repository_root`` come from the operator, never
-    from the run directory.
+    from the run directory. ``expected_evidence_digest``, when given (the
+    ``evidence_digest`` the operator kept from the run's own output), must be
+    the retained evidence's, else BLOCKED ``evidence_changed``: a run store
+    rewritten consistently (evidence and metadata) is then caught too.
 
     Raises ``RunRecordError`` if the retained run cannot be read back,
     ``ManifestError`` if the current manifest or entry is refused, and
@@ -166,10 +172,18 @@ def replay_run(
             retained = hash_evidence(run_dir / "evidence", entry.evidence_artifacts)
         except _Block as block:
             raise _Block(Reason.EVIDENCE_CHANGED, f"retained evidence: {block.detail}") from block
-        if retained != original.artifacts:
+        if retained != original.artifacts or list_digest(retained) != original.evidence_digest:
             raise _Block(
                 Reason.EVIDENCE_CHANGED,
                 "retained evidence differs from the digests recorded by the run",
+            )
+        if expected_evidence_digest is not None and original.evidence_digest != (
+            expected_evidence_digest
+        ):
+            raise _Block(
+                Reason.EVIDENCE_CHANGED,
+                f"retained evidence digest {original.evidence_digest} is not the "
+                f"operator's {expected_evidence_digest}",
             )
         attempt.evidence.mkdir()
         for item in retained:
