@@ -205,7 +205,7 @@ def close_sealed(files: Sequence[SealedFile]) -> None:
 # kill and reap every descendant; SIGTERM (also the parent-death signal) does
 # the same at once. Exit status: the command's (a signal is re-raised).
 LAUNCHER_SOURCE: Final = r"""
-import ctypes, os, signal, sys
+import os, signal, sys
 def run(report, fd, argv):
     os.set_inheritable(report, False)
     try:
@@ -249,6 +249,7 @@ def finish(status):
         os._exit(128 + number)
     os._exit(os.WEXITSTATUS(status) if status is not None else 125)
 def reap(report, parent, fd, argv):
+    import ctypes  # only here: it costs a few ms of start-up
     libc = ctypes.CDLL(None, use_errno=True)
     me = os.getpid()
     def stop(signum, frame):
