@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from kernel.external import RunLimits, default_environment, replay_run
 from kernel.orchestrate import AuditCode, AuditInputError, RunLayout, audit_run
 from tests.orchestrate_helpers import E2E_BUNDLE, hand_digest
 from tests.test_external_cli import kernel
@@ -317,3 +318,57 @@ def test_findings_name_stable_codes() -> None:
         "undeclared",
         "outcome_mismatch",
     }
+
+
+# --- retained replays, paths that climb out, symlinked directories ------------------------
+
+
+def test_a_retained_replay_is_audited_too(tmp_path: Path) -> None:
+    scenario = Scenario(tmp_path)
+    outcome = scenario.run()
+    run_dir = Path(outcome.attempt_dir)
+    replayed = replay_run(
+        run_dir,
+        replay_id="audit-1",
+        limits=RunLimits(30.0, 30.0),
+        environment=default_environment(),
+        manifest_path=scenario.manifest_path,
+        repository_root=scenario.repo,
+    )
+    assert replayed.metadata.status.value == "PASS"
+    code, report = _audit(run_dir)
+    assert code == 0, report
+    receipt = run_dir / "replays" / "audit-1" / "checker" / "receipt.json"
+    receipt.write_bytes(receipt.read_bytes().replace(b'"run_id"', b'"run_id" ', 1))
+    code, report = _audit(run_dir)
+    assert code == 1
+    assert any(
+        f["path"] == "replays/audit-1/checker/receipt.json" and f["code"] == "digest_mismatch"
+        for f in report["findings"]
+    )
+
+
+def test_a_recorded_path_climbing_out_of_the_run_is_reported_not_followed(run_dir: Path) -> None:
+    metadata = run_dir / "metadata.json"
+    document = json.loads(metadata.read_bytes())
+    secret = run_dir.parent / "outside.txt"
+    secret.write_text("not part of the run\n")
+    document["artifacts"][0]["path"] = "../../outside.txt"
+    metadata.write_text(json.dumps(document))
+    code, report = _audit(run_dir)
+    assert code == 1
+    assert ("malformed", "artifact:../../outside.txt") in _codes(report)
+
+
+def test_a_symlinked_run_directory_inside_a_work_directory_is_reported(
+    work: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # An honest copy of the run kept elsewhere and linked in: consistent
+    # bytes, but not stored where the run keeps them.
+    work_dir, outcomes = work
+    attempt = _attempts(work_dir)[0]
+    shutil.move(attempt / "run", tmp_path / "elsewhere")
+    (attempt / "run").symlink_to(tmp_path / "elsewhere")
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    assert ("not_regular", "run") in _codes(report)

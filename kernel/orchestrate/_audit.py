@@ -345,6 +345,7 @@ def _audit_external(a: _Auditor, run: Path) -> RunMetadata | None:
     metadata = a.typed(meta_path, RunMetadata)
     if metadata is None:
         return None
+    _symlinked_dirs(a, run)
     job = a.document(run / "job.json")
     if isinstance(job, dict):
         a.compare(
@@ -418,8 +419,29 @@ def _audit_external(a: _Auditor, run: Path) -> RunMetadata | None:
     return metadata
 
 
+def _clean_relative(path: str) -> bool:
+    # A recorded path is evidence: one that climbs out of its directory is
+    # reported, never followed.
+    parts = path.split("/")
+    return (
+        bool(path)
+        and not path.startswith("/")
+        and "\\" not in path
+        and "\x00" not in path
+        and all(part not in ("", ".", "..") for part in parts)
+    )
+
+
 def _audit_tree(a: _Auditor, root: Path, what: str, recorded: list[tuple[str, str]]) -> None:
+    if root.is_symlink():
+        a.checked += 1
+        a.finding(root, what, AuditCode.NOT_REGULAR, "a symlink where the run keeps a directory")
+        return
     for path, sha in recorded:
+        if not _clean_relative(path):
+            a.checked += 1
+            a.finding(root, f"{what}:{path}", AuditCode.MALFORMED, "a path outside its directory")
+            continue
         a.file_digest(root / path, f"{what}:{path}", sha)
     listed = {path for path, _ in recorded}
     for extra in sorted(_tree(root) - listed):
@@ -428,6 +450,15 @@ def _audit_tree(a: _Auditor, root: Path, what: str, recorded: list[tuple[str, st
         a.finding(
             root / extra, f"{what}:{extra}", AuditCode.UNDECLARED, "no record lists this file"
         )
+
+
+def _symlinked_dirs(a: _Auditor, run: Path) -> None:
+    for name in ("producer", "checker", "replays"):
+        if (run / name).is_symlink():
+            a.checked += 1
+            a.finding(
+                run / name, name, AuditCode.NOT_REGULAR, "a symlink where the run keeps a directory"
+            )
 
 
 def _audit_request(
@@ -512,6 +543,16 @@ def _attempt_dirs(root: Path) -> list[Path]:
 
 def _audit_attempt(a: _Auditor, attempt: Path) -> CertificationEvidence | None:
     run = attempt / "run"
+    for name in ("run", "repository"):
+        if (attempt / name).is_symlink():
+            a.checked += 1
+            a.finding(
+                attempt / name,
+                name,
+                AuditCode.NOT_REGULAR,
+                "a symlink where the run keeps a directory",
+            )
+            return None
     metadata = _audit_external(a, run) if (run / METADATA).exists() else None
     if metadata is None and run.exists() and not (run / METADATA).exists():
         a.finding(run / METADATA, "file", AuditCode.MISSING, "absent")
