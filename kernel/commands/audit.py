@@ -65,6 +65,8 @@ def _print_text(report: AuditReport, attestation: list[str] | None) -> None:
     if attestation is not None:
         for problem in attestation:
             typer.echo(f"MISMATCH attestation: {problem}")
+        if not attestation:
+            typer.echo("attestation verified: the signature and every subject's digest")
     verdict = "intact" if report.intact and not attestation else "NOT intact"
     typer.echo(
         f"{verdict}: {report.layout.value} {report.root}: {report.checked} ids recomputed, "

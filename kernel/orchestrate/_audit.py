@@ -272,7 +272,7 @@ class _Auditor:
             path,
             subject,
             code,
-            f"{subject} does not reproduce",
+            "does not reproduce",
             _text(recorded),
             _text(recomputed),
         )
