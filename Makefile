@@ -13,10 +13,10 @@ help:  ## list targets
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,examples,scale]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,examples,scale,attest]'
 	touch $(STAMP)
 
-venv: $(STAMP)  ## create .venv and install the package with its extras (dev, examples, scale)
+venv: $(STAMP)  ## create .venv and install the package with its extras (dev, examples, scale, attest)
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check kernel tests examples bench

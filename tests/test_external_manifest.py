@@ -36,16 +36,16 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
 def test_public_api_is_exact_and_alphabetical() -> None:
     assert external.__all__ == sorted(external.__all__)
     assert external.__all__ == [
-        "CheckEntry", "CheckIdentity", "Claim", "Command", "ContainmentLevel", "ExternalError",
-        "FileDigest",
-        "Job", "JobError", "Manifest", "ManifestError", "PLACEHOLDERS", "Pin",
-        "PinMismatchError", "ProcessResult", "ProcessStatus", "ProcessSummary",
+        "CheckEntry", "CheckIdentity", "Claim", "ClosureError", "Command", "ContainmentLevel",
+        "ExternalError", "FileDigest", "Job", "JobError", "Manifest", "ManifestError",
+        "PLACEHOLDERS", "Pin", "PinClosure", "PinMismatchError", "ProcessResult",
+        "ProcessStatus", "ProcessSummary",
         "RECEIPT_FIELDS", "Reason", "ReceiptCheck", "ReceiptExpectation",
         "RunDirectoryError", "RunKind", "RunLimits", "RunMetadata", "RunOutcome",
         "RunRecordError", "Stage", "Status", "Verdict", "available_level", "check_identity",
         "default_environment", "expand_argv", "identity_object", "job_digest_of", "load_job",
-        "load_manifest", "parse_manifest", "read_run_metadata", "replay_run", "run_check",
-        "run_process", "seal_job", "validate_receipt",
+        "load_manifest", "parse_manifest", "pin_closure", "read_run_metadata", "replay_run",
+        "run_check", "run_process", "seal_job", "validate_receipt",
     ]  # fmt: skip
     for name in external.__all__:
         assert hasattr(external, name)

@@ -148,9 +148,15 @@ def test_command_configuration_mismatch_fails_closed() -> None:
     _refused(_gate(receipt), GateReason.COMMAND_CONFIGURATION_MISMATCH)
 
 
-def test_receipt_sealed_for_another_request_fails_closed() -> None:
-    # Same bindings, different stage: the receipt answers another request.
+def test_receipt_sealed_at_another_stage_fails_closed() -> None:
+    # Same bindings, another assurance stage: the receipt answers another request.
     receipt = vs.seal(vs.plan(Stage.POST_REPAIR_CLOSURE))
+    _refused(_gate(receipt), GateReason.RECEIPT_STAGE_MISMATCH)
+
+
+def test_receipt_sealed_for_another_request_fails_closed() -> None:
+    # Same stage and bindings, another expected result: another request_id.
+    receipt = vs.seal(vs.plan(expected_result=Status.REFUTED))
     _refused(_gate(receipt), GateReason.REQUEST_MISMATCH)
 
 
@@ -177,10 +183,157 @@ def test_a_decision_cannot_be_eligible_with_a_reason() -> None:
             gate_eligible=True,
             reason=GateReason.STATUS_ERROR,
             message="m",
-            receipt_id="r",
-            request_id="q",
-            candidate="c",
+            receipt_id="a" * 64,
+            request_id="b" * 64,
+            candidate="c" * 64,
         )
+
+
+# --- gate binding: the request's own stage decides the authority (issue 9) ------------
+
+DIAGNOSTIC_STAGES = (Stage.IMPLEMENTATION, Stage.INTEGRATION)
+ASSURANCE_STAGES = (Stage.ASSURANCE, Stage.ADJUDICATION, Stage.POST_REPAIR_CLOSURE)
+# Restated from ADR-0003's table, not imported from the package.
+PERMITTED_REQUESTERS = {
+    Stage.IMPLEMENTATION: {Role.IMPLEMENTER, Role.LIGHT_IMPLEMENTER},
+    Stage.INTEGRATION: {Role.INTEGRATION_ENGINEER},
+    Stage.ASSURANCE: {Role.TEST_ENGINEER},
+    Stage.ADJUDICATION: {Role.REVIEWER},
+    Stage.POST_REPAIR_CLOSURE: {Role.TEST_ENGINEER},
+}
+
+
+def _diagnostic_run(stage: Stage) -> tuple[VerificationPlan, VerificationReceipt]:
+    p = vs.plan(stage)
+    executor = Role.IMPLEMENTER if stage is Stage.IMPLEMENTATION else Role.INTEGRATION_ENGINEER
+    return p, vs.seal(p, Producer(executor, "session-dev"))
+
+
+@pytest.mark.parametrize("stage", DIAGNOSTIC_STAGES)
+def test_assurance_label_on_a_receipt_for_a_diagnostic_stage_request_is_refused(
+    stage: Stage,
+) -> None:
+    # The attack of issue 9 point 4: relabel and reseal a diagnostic run's
+    # receipt as an independent Test Engineer's assurance receipt. Every other
+    # binding (candidate, claim, backend, request_id, stage, status) is honest.
+    p, receipt = _diagnostic_run(stage)
+    forged = vs.resealed_receipt(
+        receipt, authority=Authority.ASSURANCE, produced_by=vs.tester("session-independent")
+    )
+    decision = evaluate_gate(forged, p.request, vs.candidate(), NO_HISTORY)
+    _refused(decision, GateReason.RECEIPT_AUTHORITY_MISMATCH)
+    assert stage.value in decision.message
+
+
+@pytest.mark.parametrize("stage", DIAGNOSTIC_STAGES)
+def test_assurance_label_on_a_diagnostic_stage_request_is_refused(stage: Stage) -> None:
+    # The request, too, can be relabelled and resealed: a stage that allows
+    # only diagnostic authority cannot carry an assurance request.
+    p, receipt = _diagnostic_run(stage)
+    request = vs.resealed_request(p.request, authority=Authority.ASSURANCE)
+    forged = vs.resealed_receipt(
+        receipt,
+        request_id=request.request_id,
+        authority=Authority.ASSURANCE,
+        produced_by=vs.tester("session-independent"),
+    )
+    _refused(
+        evaluate_gate(forged, request, vs.candidate(), NO_HISTORY),
+        GateReason.REQUEST_AUTHORITY_STAGE_MISMATCH,
+    )
+
+
+@pytest.mark.parametrize("stage", DIAGNOSTIC_STAGES)
+def test_diagnostic_request_moved_to_an_assurance_stage_is_refused(stage: Stage) -> None:
+    # Stage and authority relabelled consistently: the requester still betrays it.
+    p, receipt = _diagnostic_run(stage)
+    request = vs.resealed_request(
+        p.request, stage=Stage.ASSURANCE, authority=Authority.ASSURANCE
+    )
+    forged = vs.resealed_receipt(
+        receipt,
+        request_id=request.request_id,
+        stage=Stage.ASSURANCE,
+        authority=Authority.ASSURANCE,
+        produced_by=vs.tester("session-independent"),
+    )
+    _refused(
+        evaluate_gate(forged, request, vs.candidate(), NO_HISTORY),
+        GateReason.REQUEST_REQUESTER_NOT_PERMITTED,
+    )
+
+
+@pytest.mark.parametrize("stage", ASSURANCE_STAGES)
+def test_diagnostic_authority_on_an_assurance_stage_request_is_refused(stage: Stage) -> None:
+    p = vs.plan(stage)
+    request = vs.resealed_request(p.request, authority=Authority.DIAGNOSTIC)
+    receipt = vs.resealed_receipt(vs.seal(p), request_id=request.request_id)
+    _refused(
+        evaluate_gate(receipt, request, vs.candidate(), NO_HISTORY),
+        GateReason.REQUEST_AUTHORITY_STAGE_MISMATCH,
+    )
+
+
+def test_assurance_receipt_labelled_with_a_diagnostic_stage_is_refused() -> None:
+    receipt = vs.resealed_receipt(vs.seal(vs.plan()), stage=Stage.IMPLEMENTATION)
+    _refused(_gate(receipt), GateReason.RECEIPT_STAGE_MISMATCH)
+
+
+# --- the digest check and the decision's candidate (mutation survivors) -----------------
+
+
+@pytest.mark.parametrize("field", ["prior_candidates", "pre_repair_evidence_digests"])
+def test_repair_history_refuses_a_list_even_of_digests(field: str) -> None:
+    fields: dict[str, object] = {"prior_candidates": (), "pre_repair_evidence_digests": ()}
+    fields[field] = ["a" * 64]
+    with pytest.raises(TypeError, match=field):
+        RepairHistory(**fields)  # type: ignore[arg-type]  # the wrong type is the test
+
+
+@pytest.mark.parametrize("field", ["prior_candidates", "pre_repair_evidence_digests"])
+@pytest.mark.parametrize("entry", ["A" * 64, "a" * 63, "", "g" * 64])
+def test_repair_history_refuses_a_tuple_holding_a_non_digest(field: str, entry: str) -> None:
+    fields: dict[str, tuple[str, ...]] = {"prior_candidates": (), "pre_repair_evidence_digests": ()}
+    fields[field] = ("a" * 64, entry)
+    with pytest.raises(TypeError, match=field):
+        RepairHistory(**fields)
+
+
+def test_repair_history_keeps_a_tuple_of_digests() -> None:
+    history = RepairHistory(prior_candidates=("a" * 64,), pre_repair_evidence_digests=("b" * 64,))
+    assert history.prior_candidates == ("a" * 64,)
+    assert history.pre_repair_evidence_digests == ("b" * 64,)
+
+
+def test_a_decision_names_the_current_candidate_it_judged_against() -> None:
+    # The receipt binds candidate "c"*64; the current candidate is another one.
+    current = vs.candidate("d" * 64)
+    p = vs.plan()
+    receipt = vs.seal(p)
+    decision = evaluate_gate(receipt, p.request, current, NO_HISTORY)
+    _refused(decision, GateReason.CANDIDATE_MISMATCH)
+    assert decision.candidate == "d" * 64
+    eligible = evaluate_gate(receipt, p.request, vs.candidate(), NO_HISTORY)
+    assert eligible.gate_eligible is True
+    assert eligible.candidate == vs.CANDIDATE_DIGEST
+
+
+@pytest.mark.parametrize("field", ["receipt_id", "request_id", "candidate"])
+@pytest.mark.parametrize("value", [None, "", "c" * 63])
+def test_a_decision_without_a_candidate_or_id_cannot_be_built(
+    field: str, value: str | None
+) -> None:
+    fields: dict[str, object] = {
+        "gate_eligible": False,
+        "reason": GateReason.STATUS_ERROR,
+        "message": "m",
+        "receipt_id": "a" * 64,
+        "request_id": "b" * 64,
+        "candidate": "c" * 64,
+    }
+    fields[field] = value
+    with pytest.raises(TypeError, match=field):
+        GateDecision(**fields)  # type: ignore[arg-type]  # the wrong type is the test
 
 
 # --- the property ------------------------------------------------------------------
@@ -234,6 +387,16 @@ def gate_cases(
     if sometimes():
         expected = draw(st.sampled_from([Status.VERIFIED, Status.REFUTED]))
         request = vs.resealed_request(request, expected_result=expected)
+    if sometimes():
+        relabel: dict[str, object] = {"stage": draw(st.sampled_from(Stage))}
+        if draw(st.booleans()):
+            relabel["authority"] = draw(st.sampled_from(Authority))
+        if draw(st.booleans()):
+            relabel["requested_by"] = draw(st.sampled_from(Role))
+        request = vs.resealed_request(request, **relabel)
+        if draw(st.booleans()):
+            # The forger keeps the receipt pointing at the relabelled request.
+            receipt = vs.resealed_receipt(receipt, request_id=request.request_id)
     current = draw(vs.candidates) if sometimes() else spec.candidate
     prior = draw(st.lists(vs.digests, max_size=2, unique=True)) if sometimes() else []
     stale = (
@@ -259,6 +422,9 @@ def _should_pass(
     return (
         receipt.receipt_id == vs.sha(vs.receipt_json_without_id(receipt))
         and request.request_id == vs.sha(vs.request_json_without_id(request))
+        and request.stage in ASSURANCE_STAGES
+        and request.authority is Authority.ASSURANCE
+        and request.requested_by in PERMITTED_REQUESTERS[request.stage]
         and receipt.authority is Authority.ASSURANCE
         and receipt.produced_by.role is Role.TEST_ENGINEER
         and receipt.produced_by.session != current.author_session
@@ -305,3 +471,57 @@ def test_diagnostic_mismatched_inconclusive_or_error_receipts_are_never_eligible
     ):
         assert decision.gate_eligible is False
         assert decision.reason is not None
+
+
+@st.composite
+def relabelled_diagnostic_runs(
+    draw: st.DrawFn,
+) -> tuple[VerificationReceipt, VerificationRequest, Candidate]:
+    """A diagnostic run planned and sealed honestly, then relabelled by its author.
+
+    The author may reseal the receipt under any authority, stage, producer and
+    verdict, and may also relabel the request's stage and authority (resealing
+    its id and pointing the receipt at it); the requester stays who it was.
+    """
+    spec = draw(vs.plannable_specs(DIAGNOSTIC_STAGES))
+    p = plan_verification(spec)
+    assert isinstance(p, VerificationPlan)
+    producer = Producer(draw(vs.executor_for(Authority.DIAGNOSTIC)), "session-dev")
+    receipt = seal_verification(p, draw(vs.outputs_for(p)), producer)
+    assert isinstance(receipt, VerificationReceipt)
+    request = p.request
+    if draw(st.booleans()):
+        request = vs.resealed_request(
+            request,
+            stage=draw(st.sampled_from(Stage)),
+            authority=draw(st.sampled_from(Authority)),
+        )
+    verdict = draw(st.sampled_from([BackendVerdict.VERIFIED, BackendVerdict.REFUTED]))
+    forged = vs.resealed_receipt(
+        receipt,
+        request_id=request.request_id,
+        authority=draw(st.sampled_from(Authority)),
+        stage=draw(st.sampled_from([request.stage, *Stage])),
+        produced_by=Producer(
+            draw(st.sampled_from(Role)), draw(st.sampled_from(["session-tester", "session-x"]))
+        ),
+        backend_verdict=verdict,
+        evidence_tier=EvidenceTier.OBSERVED,
+        status=vs.expected_status(verdict, EvidenceTier.OBSERVED),
+    )
+    return forged, request, spec.candidate
+
+
+@given(case=relabelled_diagnostic_runs())
+def test_no_relabelled_diagnostic_receipt_ever_passes(
+    case: tuple[VerificationReceipt, VerificationRequest, Candidate],
+) -> None:
+    receipt, request, current = case
+    decision = evaluate_gate(receipt, request, current, NO_HISTORY)
+    assert decision.gate_eligible is False
+    assert decision.reason in {
+        GateReason.REQUEST_AUTHORITY_STAGE_MISMATCH,
+        GateReason.REQUEST_REQUESTER_NOT_PERMITTED,
+        GateReason.DIAGNOSTIC_AUTHORITY,
+        GateReason.RECEIPT_AUTHORITY_MISMATCH,
+    }

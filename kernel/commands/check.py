@@ -29,6 +29,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from kernel.commands import check_pins
 from kernel.commands._io import refuse as _refuse
 from kernel.external import (
     ContainmentLevel,
@@ -63,6 +64,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+check_pins.register(app)
 
 _REPO_HELP = "Repository root for the specification and inputs (default: the manifest's folder)."
 _CONTAINMENT_HELP = (

@@ -12,6 +12,7 @@ and ``kernel.serde``; nothing pure imports it.
   otherwise BLOCKED with a ``Reason``.
 """
 
+from kernel.external._closure import ClosureError, PinClosure, pin_closure
 from kernel.external._contain import ContainmentLevel, available_level
 from kernel.external._identity import CheckIdentity, check_identity, identity_object
 from kernel.external._job import Job, job_digest_of, load_job, seal_job
@@ -63,6 +64,7 @@ __all__ = [
     "CheckEntry",
     "CheckIdentity",
     "Claim",
+    "ClosureError",
     "Command",
     "ContainmentLevel",
     "ExternalError",
@@ -73,6 +75,7 @@ __all__ = [
     "ManifestError",
     "PLACEHOLDERS",
     "Pin",
+    "PinClosure",
     "PinMismatchError",
     "ProcessResult",
     "ProcessStatus",
@@ -99,6 +102,7 @@ __all__ = [
     "load_job",
     "load_manifest",
     "parse_manifest",
+    "pin_closure",
     "read_run_metadata",
     "replay_run",
     "run_check",

@@ -11,11 +11,39 @@ imports it. See ``adr/0006-orchestrator-and-main-job.md``.
 - ``open_executor(ExecutorSpec(...))``: that executor (inline, a spawn
   process pool, or Dask distributed), closed on exit (ADR-0008);
 - ``EvidenceProvider``: the seam; ``NoEvidence`` gathers nothing;
+- ``audit_run``: recompute every id of a stored run offline;
+  ``attest_run`` / ``verify_attestation``: its outcomes as a signed in-toto
+  Statement in a DSSE envelope (ADR-0010);
 - ``ExternalCertifier``: evidence for ``arithmetic.target_certified`` from
   the pinned z3 -> cvc5 pair (``discover_tools``, ``certification_entry``),
   sealed by the verification adapter in an independent session.
 """
 
+from kernel.orchestrate._attest import (
+    ATTESTATION_FILE,
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    AttestationError,
+    attest_run,
+    generate_key_pair,
+    key_id,
+    load_private_key,
+    load_public_key,
+    pae,
+    verify_attestation,
+)
+from kernel.orchestrate._audit import (
+    AuditCode,
+    AuditFinding,
+    AuditInputError,
+    AuditReport,
+    RunLayout,
+    StoredCertifications,
+    audit_run,
+    detect_layout,
+    report_document,
+)
 from kernel.orchestrate._certifier import (
     CERTIFICATION_RECORD,
     RUN_ID,
@@ -45,6 +73,12 @@ from kernel.orchestrate._tools import (
 from kernel.orchestrate.errors import CertifierSetupError, ExecutorSetupError, OrchestrateError
 
 __all__ = [
+    "ATTESTATION_FILE",
+    "AttestationError",
+    "AuditCode",
+    "AuditFinding",
+    "AuditInputError",
+    "AuditReport",
     "BACKENDS_DIR",
     "CERTIFICATION_RECORD",
     "CERTIFY_CHECK_ID",
@@ -60,15 +94,30 @@ __all__ = [
     "MAX_WORKERS",
     "NoEvidence",
     "OrchestrateError",
+    "PAYLOAD_TYPE",
+    "PREDICATE_TYPE",
     "RUN_ID",
+    "RunLayout",
+    "STATEMENT_TYPE",
+    "StoredCertifications",
+    "attest_run",
+    "audit_run",
     "author_session",
     "backend_output",
     "certification_entry",
     "check_executor_spec",
+    "detect_layout",
     "discover_tools",
     "gather_safely",
+    "generate_key_pair",
+    "key_id",
+    "load_private_key",
+    "load_public_key",
     "open_executor",
+    "pae",
     "producer_session",
     "replay_bundle",
     "replay_requests",
+    "report_document",
+    "verify_attestation",
 ]

@@ -8,22 +8,40 @@ and request, and whose status equals the expected result, is
 receipt's own content address (``receipt_id`` covers both), and the evidence
 digest must not be one recorded before a repair.
 
+Authority binds through the request's own stage, never through a label the
+receipt carries (ADR-0003 "Gate binding"): a request id that recomputes only
+proves the request was not edited after sealing, not that planning could have
+issued it, so the gate re-derives from ``STAGE_AUTHORITY`` and
+``STAGE_REQUESTERS`` the authority and requesters the request's stage allows,
+and holds the receipt to that authority. A receipt relabelled ``assurance``
+(and resealed) for a request issued at a diagnostic stage is therefore
+refused, whatever producer it names.
+
 Checks, in order (first failure wins; each is one ``GateReason``):
 
 1. ``receipt_tampered`` / ``request_tampered``: an id does not recompute;
-2. ``diagnostic_authority``: diagnostic receipts never pass;
-3. ``producer_not_independent``: not a Test Engineer, or the candidate
+2. ``request_authority_stage_mismatch``: the request names an authority its
+   stage does not allow (a request planning would have refused);
+3. ``request_requester_not_permitted``: the request's role may not request
+   at its stage;
+4. ``diagnostic_authority``: diagnostic receipts never pass;
+5. ``receipt_authority_mismatch``: the receipt's authority is not the one the
+   request's stage allows (an ``assurance`` label on a receipt for a request
+   issued at a diagnostic stage);
+6. ``producer_not_independent``: not a Test Engineer, or the candidate
    author's own session;
-4. ``stale_prior_candidate``: the receipt binds a candidate the history marks
+7. ``stale_prior_candidate``: the receipt binds a candidate the history marks
    as replaced;
-5. ``candidate_mismatch``: receipt or request bind another candidate (fails
+8. ``candidate_mismatch``: receipt or request bind another candidate (fails
    closed, whatever the reason);
-6. ``stale_pre_repair_evidence``: the evidence digest predates a repair;
-7. ``claim_mismatch`` / ``backend_mismatch`` /
-   ``command_configuration_mismatch`` / ``request_mismatch``: a binding
-   differs from the request being gated;
-8. ``status_error`` / ``status_inconclusive``: never a PASS;
-9. ``status_mismatch``: the status is not the expected result.
+9. ``stale_pre_repair_evidence``: the evidence digest predates a repair;
+10. ``claim_mismatch`` / ``backend_mismatch`` /
+    ``command_configuration_mismatch`` / ``receipt_stage_mismatch`` /
+    ``request_mismatch``: a binding differs from the request being gated
+    (``receipt_stage_mismatch``: the receipt names another stage;
+    ``request_mismatch``: it names another ``request_id``);
+11. ``status_error`` / ``status_inconclusive``: never a PASS;
+12. ``status_mismatch``: the status is not the expected result.
 """
 
 from __future__ import annotations
@@ -40,14 +58,28 @@ from kernel.verification._records import (
     receipt_id_of,
     request_id_of,
 )
-from kernel.verification._vocabulary import Authority, GateReason, Role, Status
+from kernel.verification._vocabulary import (
+    STAGE_AUTHORITY,
+    STAGE_REQUESTERS,
+    Authority,
+    GateReason,
+    Role,
+    Status,
+)
 
 __all__ = ["GateDecision", "RepairHistory", "evaluate_gate"]
 
 
 def _digests(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Both halves matter: a list would make the history mutable after the
+    # decision, and a non-digest entry can never match, silently disarming it.
     if type(value) is not tuple or not all(is_digest(v) for v in value):
         raise TypeError(f"{attribute.name} must be a tuple of SHA-256 digests")
+
+
+def _digest(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not is_digest(value):
+        raise TypeError(f"{attribute.name} must be a SHA-256 digest")
 
 
 @final
@@ -67,14 +99,19 @@ def _reason(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
 @final
 @attrs.frozen
 class GateDecision:
-    """The gate's answer: eligible with no reason, or not eligible with exactly one."""
+    """The gate's answer: eligible with no reason, or not eligible with exactly one.
+
+    ``receipt_id`` and ``request_id`` are the ids the judged records carry (as
+    carried, even when they do not recompute); ``candidate`` is the digest of
+    the current candidate the receipt was judged against.
+    """
 
     gate_eligible: bool
     reason: GateReason | None = attrs.field(validator=_reason)
     message: str
-    receipt_id: str
-    request_id: str
-    candidate: str
+    receipt_id: str = attrs.field(validator=_digest)
+    request_id: str = attrs.field(validator=_digest)
+    candidate: str = attrs.field(validator=_digest)
 
     def __attrs_post_init__(self) -> None:
         if type(self.gate_eligible) is not bool:
@@ -93,11 +130,30 @@ def _check(
         return GateReason.RECEIPT_TAMPERED, "receipt_id does not recompute"
     if request.request_id != request_id_of(request):
         return GateReason.REQUEST_TAMPERED, "request_id does not recompute"
+    # The request's stage, not any label, decides the authority in play.
+    allowed = STAGE_AUTHORITY[request.stage]
+    if request.authority is not allowed:
+        return (
+            GateReason.REQUEST_AUTHORITY_STAGE_MISMATCH,
+            f"request names {request.authority.value} authority at stage "
+            f"{request.stage.value}, which allows {allowed.value}",
+        )
+    if request.requested_by not in STAGE_REQUESTERS[request.stage]:
+        return (
+            GateReason.REQUEST_REQUESTER_NOT_PERMITTED,
+            f"{request.requested_by.value} may not request a run at stage {request.stage.value}",
+        )
     match receipt.authority:
         case Authority.DIAGNOSTIC:
             return GateReason.DIAGNOSTIC_AUTHORITY, "a diagnostic receipt never passes a gate"
         case Authority.ASSURANCE:
             pass
+    if receipt.authority is not allowed:
+        return (
+            GateReason.RECEIPT_AUTHORITY_MISMATCH,
+            f"receipt is labelled {receipt.authority.value}; stage {request.stage.value} "
+            f"allows {allowed.value}",
+        )
     producer = receipt.produced_by
     if producer.role is not Role.TEST_ENGINEER or producer.session == current.author_session:
         return (
@@ -129,7 +185,12 @@ def _check(
             GateReason.COMMAND_CONFIGURATION_MISMATCH,
             "receipt command/configuration differs from the request's",
         )
-    if receipt.request_id != request.request_id or receipt.stage is not request.stage:
+    if receipt.stage is not request.stage:
+        return (
+            GateReason.RECEIPT_STAGE_MISMATCH,
+            f"receipt names stage {receipt.stage.value}, the request {request.stage.value}",
+        )
+    if receipt.request_id != request.request_id:
         return GateReason.REQUEST_MISMATCH, "receipt was sealed for another request"
     match receipt.status:
         case Status.ERROR:

@@ -188,7 +188,10 @@ class GateReason(Enum):
 
     RECEIPT_TAMPERED = "receipt_tampered"
     REQUEST_TAMPERED = "request_tampered"
+    REQUEST_AUTHORITY_STAGE_MISMATCH = "request_authority_stage_mismatch"
+    REQUEST_REQUESTER_NOT_PERMITTED = "request_requester_not_permitted"
     DIAGNOSTIC_AUTHORITY = "diagnostic_authority"
+    RECEIPT_AUTHORITY_MISMATCH = "receipt_authority_mismatch"
     PRODUCER_NOT_INDEPENDENT = "producer_not_independent"
     STALE_PRIOR_CANDIDATE = "stale_prior_candidate"
     CANDIDATE_MISMATCH = "candidate_mismatch"
@@ -196,6 +199,7 @@ class GateReason(Enum):
     CLAIM_MISMATCH = "claim_mismatch"
     BACKEND_MISMATCH = "backend_mismatch"
     COMMAND_CONFIGURATION_MISMATCH = "command_configuration_mismatch"
+    RECEIPT_STAGE_MISMATCH = "receipt_stage_mismatch"
     REQUEST_MISMATCH = "request_mismatch"
     STATUS_ERROR = "status_error"
     STATUS_INCONCLUSIVE = "status_inconclusive"

@@ -1,0 +1,94 @@
+"""`kernel attest RUN_DIR --key KEY`: sign a stored run's outcomes (ADR-0010).
+
+The shell around ``kernel.orchestrate.attest_run``; ``kernel attest-keygen``
+creates a key pair (private key mode 0600). Verification is ``kernel audit
+--verify-key``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernel.commands._io import read_document, refuse
+from kernel.orchestrate import (
+    ATTESTATION_FILE,
+    PREDICATE_TYPE,
+    AttestationError,
+    AuditInputError,
+    attest_run,
+    generate_key_pair,
+    load_private_key,
+)
+from kernel.replay import ReplayBundle
+
+_HELP = f"""Sign a stored run's outcomes: an in-toto Statement v1 in a DSSE envelope.
+
+The run is audited first (as `kernel audit`); a run whose ids do not all
+reproduce is never signed. The Statement's subjects are every file of
+RUN_DIR and the --outcomes file, with their SHA-256; its predicate
+({PREDICATE_TYPE}) holds the run's outcomes. The envelope (payload type
+application/vnd.in-toto+json) is signed with the Ed25519 key KEY (PKCS#8
+PEM, unencrypted, readable by its owner only) over the DSSE
+pre-authentication encoding, and written to --out (default
+RUN_DIR/{ATTESTATION_FILE}) with the user's umask. Verify it with
+`kernel audit RUN_DIR --verify-key PUBKEY`, or with any DSSE/in-toto tool.
+
+Exit codes: 0 signed; 1 the run does not audit intact (nothing written);
+2 input refused (not a stored run, a missing --outcomes for a work
+directory, a key that is unreadable, not Ed25519 or readable by others),
+one line 'error: <code>: <message>' on stderr."""
+
+_KEYGEN_HELP = """Create an Ed25519 key pair for `kernel attest` as PEM files.
+
+The private key is created new (never overwritten, never through a
+symlink) with mode 0600; the public key with the user's umask. Prints the
+key id (securesystemslib's default key id, which in-toto tools match).
+
+Exit codes: 0 created; 2 a file exists or cannot be written, or the
+`attest` extra (cryptography) is not installed."""
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``attest`` and ``attest-keygen`` commands to ``app``."""
+
+    @app.command("attest", help=_HELP)
+    def attest_command(
+        run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="The stored run.")],
+        key: Annotated[Path, typer.Option(
+            "--key", metavar="KEY", help="Ed25519 private key, PKCS#8 PEM, mode 0600.")],
+        outcomes: Annotated[Path | None, typer.Option(
+            "--outcomes", metavar="FILE",
+            help="The JSON Lines `kernel run` wrote (required for a work directory).")] = None,
+        bundle: Annotated[Path | None, typer.Option(
+            "--bundle", metavar="FILE",
+            help="Re-derive every outcome from this bundle before signing.")] = None,
+        out: Annotated[Path | None, typer.Option(
+            "--out", metavar="FILE",
+            help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}).")] = None,
+    ) -> None:
+        loaded = read_document(bundle, ReplayBundle) if bundle is not None else None
+        try:
+            private_key = load_private_key(key)
+            target = attest_run(run_dir, private_key, outcomes=outcomes, bundle=loaded, out=out)
+        except AttestationError as exc:
+            refuse(exc.code, exc.message, exit_code=1 if exc.code == "run_not_intact" else 2)
+        except AuditInputError as exc:
+            refuse(exc.code, exc.message)
+        except OSError as exc:
+            refuse("unwritable_output", f"{out or run_dir}: {exc.strerror or exc}")
+        typer.echo(str(target))
+
+    @app.command("attest-keygen", help=_KEYGEN_HELP)
+    def keygen_command(
+        private_path: Annotated[Path, typer.Argument(
+            metavar="PRIVATE_PEM", help="New private key file (created with mode 0600).")],
+        public_path: Annotated[Path, typer.Argument(
+            metavar="PUBLIC_PEM", help="New public key file.")],
+    ) -> None:
+        try:
+            typer.echo(generate_key_pair(private_path, public_path))
+        except AttestationError as exc:
+            refuse(exc.code, exc.message)

@@ -1,0 +1,127 @@
+"""`kernel audit RUN_DIR`: recompute every id of a stored run, offline (ADR-0010).
+
+The shell around ``kernel.orchestrate.audit_run`` and, with ``--verify-key``,
+``kernel.orchestrate.verify_attestation``. Nothing it reads from the run is
+configuration: the outcomes file, the bundle and the public key are the
+operator's, named on the command line.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernel.commands._io import read_document, refuse
+from kernel.identity import canonical_json
+from kernel.orchestrate import (
+    ATTESTATION_FILE,
+    AttestationError,
+    AuditInputError,
+    AuditReport,
+    audit_run,
+    load_public_key,
+    report_document,
+    verify_attestation,
+)
+from kernel.replay import ReplayBundle
+
+_HELP = """Recompute every id of a stored run from its bytes, offline.
+
+RUN_DIR is a `kernel check run` run directory (it holds metadata.json) or a
+`kernel run` work directory (one directory per certified attempt). Every
+content address the stored records carry is recomputed from the stored bytes
+(job, check identity, snapshot inputs, evidence artifacts, requests,
+receipts, logs, certification request and receipt ids, the receipt's
+evidence digest over the run's metadata, the stored manifest's pins) and
+compared; no producer, checker or solver runs. With --outcomes, each
+outcome line's id is recomputed and tied to its attempt directory; with
+--bundle as well, each outcome is re-derived by the pure core from the
+bundle and the stored certifications. With --verify-key, the DSSE envelope
+written by `kernel attest` is verified (Ed25519 over the DSSE PAE) and each
+subject's digest recomputed.
+
+Exit codes: 0 intact (every id reproduces, and the attestation verifies when
+--verify-key is given); 1 at least one id or signature does not reproduce
+(each is listed); 2 input refused (RUN_DIR is not a stored run, an unreadable
+outcomes file, bundle or key), one line 'error: <code>: <message>' on stderr."""
+
+
+class OutputFormat(enum.Enum):
+    """How the report is printed."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+def _print_text(report: AuditReport, attestation: list[str] | None) -> None:
+    for f in report.findings:
+        line = f"MISMATCH {f.code.value} {f.path} {f.subject}: {f.message}"
+        if f.recorded is not None or f.recomputed is not None:
+            line += f" (recorded {f.recorded}, recomputed {f.recomputed})"
+        typer.echo(line)
+    if attestation is not None:
+        for problem in attestation:
+            typer.echo(f"MISMATCH attestation: {problem}")
+        if not attestation:
+            typer.echo("attestation verified: the signature and every subject's digest")
+    verdict = "intact" if report.intact and not attestation else "NOT intact"
+    typer.echo(
+        f"{verdict}: {report.layout.value} {report.root}: {report.checked} ids recomputed, "
+        f"{len(report.findings) + len(attestation or [])} do not reproduce"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``audit`` command to ``app``."""
+
+    @app.command("audit", help=_HELP)
+    def audit_command(
+        run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="The stored run.")],
+        outcomes: Annotated[Path | None, typer.Option(
+            "--outcomes", metavar="FILE",
+            help="The JSON Lines `kernel run` wrote for this work directory.")] = None,
+        bundle: Annotated[Path | None, typer.Option(
+            "--bundle", metavar="FILE",
+            help="The bundle that was run: re-derive every outcome (needs --outcomes).")] = None,
+        verify_key: Annotated[Path | None, typer.Option(
+            "--verify-key", metavar="PUBKEY",
+            help="Ed25519 public key (PEM): verify the run's DSSE attestation.")] = None,
+        attestation: Annotated[Path | None, typer.Option(
+            "--attestation", metavar="FILE",
+            help=f"The envelope to verify (default RUN_DIR/{ATTESTATION_FILE}).")] = None,
+        output_format: Annotated[OutputFormat, typer.Option(
+            "--format", help="text (one line per mismatch and a verdict) or json.")
+        ] = OutputFormat.TEXT,
+    ) -> None:
+        loaded = read_document(bundle, ReplayBundle) if bundle is not None else None
+        try:
+            report = audit_run(run_dir, outcomes=outcomes, bundle=loaded)
+        except AuditInputError as exc:
+            refuse(exc.code, exc.message)
+        problems: list[str] | None = None
+        if verify_key is not None:
+            try:
+                key = load_public_key(verify_key)
+                problems = list(
+                    verify_attestation(
+                        run_dir, attestation or run_dir / ATTESTATION_FILE, key,
+                        outcomes=outcomes,
+                    )
+                )
+            except AttestationError as exc:
+                refuse(exc.code, exc.message)
+        match output_format:
+            case OutputFormat.JSON:
+                document = report_document(report)
+                assert isinstance(document, dict)
+                if problems is not None:
+                    document["attestation"] = {"problems": list(problems), "verified": not problems}
+                    document["intact"] = report.intact and not problems
+                typer.echo(canonical_json(document).decode("utf-8"))
+            case OutputFormat.TEXT:
+                _print_text(report, problems)
+        if not report.intact or problems:
+            raise typer.Exit(1)

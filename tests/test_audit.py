@@ -1,0 +1,374 @@
+"""`kernel audit RUN_DIR`: real stored runs, real edits, each reported; intact runs exit 0.
+
+Two real stores are made once per module and copied for each test: a
+`kernel run` work directory (the main job: z3 -> cvc5, through the real
+command line) with its outcomes file, and a `kernel check run` run directory
+(a real producer/checker pair under the external protocol). Every edit below
+is a byte-level change to a stored file, as someone with write access to the
+store would make it; where an edit reseals an id, the id is recomputed here
+with ``hashlib`` (``hand_digest``), not with the package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel.external import RunLimits, default_environment, replay_run
+from kernel.orchestrate import AuditCode, AuditInputError, RunLayout, audit_run
+from tests.orchestrate_helpers import E2E_BUNDLE, hand_digest
+from tests.test_external_cli import kernel
+from tests.test_external_helpers import Scenario
+
+DIGEST_LINE = "0" * 64
+
+
+@pytest.fixture(scope="module")
+def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A real `kernel run` work directory and its outcomes file (made once)."""
+    base = tmp_path_factory.mktemp("e2e")
+    work, out = base / "work", base / "outcomes.jsonl"
+    done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
+    assert done.returncode == 0, done.stderr
+    return work, out
+
+
+@pytest.fixture(scope="module")
+def stored_external_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real `kernel check run` run directory of an honest pair (made once)."""
+    scenario = Scenario(tmp_path_factory.mktemp("external"))
+    outcome = scenario.run()
+    assert outcome.metadata.status.value == "PASS"
+    return Path(outcome.attempt_dir)
+
+
+@pytest.fixture
+def work(stored_work_dir: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    source, outcomes = stored_work_dir
+    target = tmp_path / "work"
+    shutil.copytree(source, target, symlinks=True)
+    copy = tmp_path / "outcomes.jsonl"
+    shutil.copyfile(outcomes, copy)
+    return target, copy
+
+
+@pytest.fixture
+def run_dir(stored_external_run: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "run"
+    shutil.copytree(stored_external_run, target, symlinks=True)
+    return target
+
+
+def _attempts(work_dir: Path) -> list[Path]:
+    return sorted(p for p in work_dir.iterdir() if p.is_dir())
+
+
+def _audit(*args: str | Path) -> tuple[int, dict[str, Any]]:
+    done = kernel("audit", *args, "--format", "json")
+    assert "Traceback" not in done.stderr
+    if done.returncode == 2:
+        return 2, {"stderr": done.stderr}
+    return done.returncode, json.loads(done.stdout)
+
+
+def _codes(report: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(f["code"], f["subject"]) for f in report["findings"]}
+
+
+def _edit_json(path: Path, **changes: Any) -> None:
+    document = json.loads(path.read_bytes())
+    document.update(changes)
+    path.write_text(json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+# --- intact runs ---------------------------------------------------------------------
+
+
+def test_an_intact_kernel_run_work_directory_exits_0(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
+    assert code == 0, report
+    assert report["intact"] is True and report["findings"] == []
+    assert report["layout"] == "work_dir"
+    # Three certified attempts, each with dozens of ids, plus six outcome lines.
+    assert report["checked"] > 100
+    text = kernel("audit", work_dir, "--outcomes", outcomes)
+    assert text.returncode == 0 and text.stdout.startswith("intact: work_dir")
+
+
+def test_an_intact_external_run_directory_exits_0(run_dir: Path) -> None:
+    code, report = _audit(run_dir)
+    assert code == 0, report
+    assert report["layout"] == "external_run" and report["findings"] == []
+    assert report["checked"] > 15
+
+
+def test_the_audit_runs_no_process_and_needs_no_tool(
+    work: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Offline: with PATH emptied and process creation forbidden, the API audit
+    # still recomputes every id.
+    work_dir, outcomes = work
+    monkeypatch.setenv("PATH", "")
+
+    def forbidden(*_: object, **__: object) -> None:
+        raise AssertionError("the audit started a process")
+
+    monkeypatch.setattr(os, "fork", forbidden)
+    monkeypatch.setattr(os, "posix_spawn", forbidden)
+    monkeypatch.setattr("subprocess.Popen.__init__", forbidden)
+    report = audit_run(work_dir, outcomes=outcomes)
+    assert report.intact and report.layout is RunLayout.WORK_DIR
+
+
+# --- the four edits of the issue, each reported with exit 1 ---------------------------
+
+
+def test_an_edited_receipt_byte_is_reported(run_dir: Path) -> None:
+    receipt = run_dir / "checker" / "receipt.json"
+    data = bytearray(receipt.read_bytes())
+    index = data.index(b'"accepted"') + 1
+    data[index : index + 8] = b"rejected"  # same length: only content changes
+    receipt.write_bytes(bytes(data))
+    code, report = _audit(run_dir)
+    assert code == 1
+    assert ("digest_mismatch", "receipt_sha256") in _codes(report)
+
+
+def test_an_edited_certification_receipt_byte_is_reported(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    record = _attempts(work_dir)[0] / "certification.json"
+    data = bytearray(record.read_bytes())
+    index = data.index(b'"evidence_digest":"') + len(b'"evidence_digest":"')
+    data[index] = ord("0") if data[index] != ord("0") else ord("1")  # one hex digit
+    record.write_bytes(bytes(data))
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    assert ("id_mismatch", "receipt_id") in _codes(report)
+
+
+def test_a_resealed_certification_receipt_is_caught_by_its_evidence_digest(
+    work: tuple[Path, Path],
+) -> None:
+    # The receipt_id is recomputed (by hand) after changing what the receipt
+    # says it saw: it recomputes, but it no longer binds the run's metadata.
+    work_dir, outcomes = work
+    record = _attempts(work_dir)[0] / "certification.json"
+    document = json.loads(record.read_bytes())
+    receipt = document["receipt"]
+    receipt["evidence_digest"] = hand_digest({"forged": True})
+    payload = {k: v for k, v in receipt.items() if k != "receipt_id"}
+    receipt["receipt_id"] = hand_digest(payload)
+    record.write_text(json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n")
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    codes = _codes(report)
+    assert ("id_mismatch", "receipt_id") not in codes  # the forger resealed it correctly
+    assert ("id_mismatch", "receipt evidence_digest") in codes
+
+
+def test_a_swapped_evidence_file_is_reported(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    first, second = _attempts(work_dir)[:2]
+    a = first / "run" / "evidence" / "target_certified.smt2"
+    b = second / "run" / "evidence" / "target_certified.smt2"
+    assert a.read_bytes() != b.read_bytes()
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    flagged = {(f["path"], f["code"]) for f in report["findings"]}
+    for attempt in (first, second):
+        path = f"{attempt.name}/run/evidence/target_certified.smt2"
+        assert (path, "digest_mismatch") in flagged
+
+
+def test_an_edited_outcome_line_is_reported(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    lines = outcomes.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"contract_refused"', b'"contract_and_proof_closed"')
+    outcomes.write_bytes(b"".join(lines))
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    assert ("id_mismatch", "outcome[1] id") in _codes(report)
+
+
+def test_a_resealed_outcome_edit_is_caught_by_rederivation(work: tuple[Path, Path]) -> None:
+    # Attempt 2 (its proof refused: a quantity its span does not state)
+    # relabelled closed and its id recomputed by hand: the id reproduces and a
+    # certification of that candidate exists, but the pure core re-derives
+    # the refusal.
+    work_dir, outcomes = work
+    lines = outcomes.read_bytes().splitlines(keepends=True)
+    outcome = json.loads(lines[2])
+    assert outcome["replay_disposition"] == "contract_closed_but_proof_refused"
+    outcome["replay_disposition"] = "contract_and_proof_closed"
+    outcome["reason_codes"] = []
+    payload = {k: v for k, v in outcome.items() if k != "explanation"}
+    outcome["replay_result_id"] = hand_digest({**payload, "replay_result_id": ""})
+    lines[2] = json.dumps(outcome, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    outcomes.write_bytes(b"".join(lines))
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 0, report  # consistent on its face: only re-derivation can tell
+    code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
+    assert code == 1
+    assert _codes(report) == {("outcome_mismatch", "outcome[2]")}
+
+
+def test_a_rewritten_metadata_field_is_reported(run_dir: Path) -> None:
+    metadata = run_dir / "metadata.json"
+    _edit_json(metadata, evidence_digest=DIGEST_LINE)
+    code, report = _audit(run_dir)
+    assert code == 1
+    codes = _codes(report)
+    assert ("id_mismatch", "evidence_digest") in codes
+    assert ("binding_mismatch", "receipt evidence_digest") in codes
+
+
+def test_a_rewritten_verdict_is_reported(run_dir: Path) -> None:
+    _edit_json(run_dir / "metadata.json", verdict="rejected")
+    code, report = _audit(run_dir)
+    assert code == 1
+    codes = _codes(report)
+    assert ("inconsistent", "status") in codes
+    assert ("binding_mismatch", "receipt verdict") in codes
+
+
+def test_a_rewritten_work_dir_metadata_field_breaks_the_receipts_binding(
+    work: tuple[Path, Path],
+) -> None:
+    work_dir, outcomes = work
+    metadata = _attempts(work_dir)[2] / "run" / "metadata.json"
+    _edit_json(metadata, job_digest=DIGEST_LINE)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    codes = _codes(report)
+    assert ("binding_mismatch", "job_digest") in codes
+    assert ("id_mismatch", "receipt evidence_digest") in codes
+
+
+def test_an_edited_pin_in_the_stored_manifest_is_reported(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    manifest = _attempts(work_dir)[0] / "manifest.json"
+    document = json.loads(manifest.read_bytes())
+    document["checks"][0]["checker"]["executable"]["sha256"] = DIGEST_LINE
+    manifest.write_text(json.dumps(document))
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    assert ("binding_mismatch", "entry checker") in _codes(report)
+
+
+def test_an_undeclared_evidence_file_and_a_symlink_are_reported(run_dir: Path) -> None:
+    (run_dir / "evidence" / "extra.txt").write_text("planted\n")
+    log = run_dir / "checker" / "stdout.log"
+    log.unlink()
+    log.symlink_to("/dev/zero")
+    code, report = _audit(run_dir)
+    assert code == 1
+    codes = _codes(report)
+    assert ("undeclared", "artifact:extra.txt") in codes
+    assert ("not_regular", "checker.stdout_sha256") in codes
+
+
+def test_a_certification_directory_no_outcome_names_is_reported(
+    work: tuple[Path, Path],
+) -> None:
+    work_dir, outcomes = work
+    shutil.copytree(_attempts(work_dir)[0], work_dir / ("e" * 64), symlinks=True)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    assert ("undeclared", "attempt") in _codes(report)
+
+
+# --- input refused: exit 2, one line ---------------------------------------------------
+
+
+def test_a_directory_that_is_no_stored_run_is_refused(tmp_path: Path) -> None:
+    done = kernel("audit", tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: not_a_run_directory: ")
+    assert done.stderr.count("\n") == 1 and done.stdout == ""
+    with pytest.raises(AuditInputError) as caught:
+        audit_run(tmp_path / "absent")
+    assert caught.value.code == "not_a_directory"
+
+
+def test_an_unreadable_outcomes_file_is_refused(work: tuple[Path, Path]) -> None:
+    work_dir, _ = work
+    done = kernel("audit", work_dir, "--outcomes", work_dir / "absent.jsonl")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: outcomes_unreadable: ")
+
+
+def test_findings_name_stable_codes() -> None:
+    assert {c.value for c in AuditCode} == {
+        "missing",
+        "not_regular",
+        "malformed",
+        "digest_mismatch",
+        "id_mismatch",
+        "binding_mismatch",
+        "inconsistent",
+        "undeclared",
+        "outcome_mismatch",
+    }
+
+
+# --- retained replays, paths that climb out, symlinked directories ------------------------
+
+
+def test_a_retained_replay_is_audited_too(tmp_path: Path) -> None:
+    scenario = Scenario(tmp_path)
+    outcome = scenario.run()
+    run_dir = Path(outcome.attempt_dir)
+    replayed = replay_run(
+        run_dir,
+        replay_id="audit-1",
+        limits=RunLimits(30.0, 30.0),
+        environment=default_environment(),
+        manifest_path=scenario.manifest_path,
+        repository_root=scenario.repo,
+    )
+    assert replayed.metadata.status.value == "PASS"
+    code, report = _audit(run_dir)
+    assert code == 0, report
+    receipt = run_dir / "replays" / "audit-1" / "checker" / "receipt.json"
+    receipt.write_bytes(receipt.read_bytes().replace(b'"run_id"', b'"run_id" ', 1))
+    code, report = _audit(run_dir)
+    assert code == 1
+    assert any(
+        f["path"] == "replays/audit-1/checker/receipt.json" and f["code"] == "digest_mismatch"
+        for f in report["findings"]
+    )
+
+
+def test_a_recorded_path_climbing_out_of_the_run_is_reported_not_followed(run_dir: Path) -> None:
+    metadata = run_dir / "metadata.json"
+    document = json.loads(metadata.read_bytes())
+    secret = run_dir.parent / "outside.txt"
+    secret.write_text("not part of the run\n")
+    document["artifacts"][0]["path"] = "../../outside.txt"
+    metadata.write_text(json.dumps(document))
+    code, report = _audit(run_dir)
+    assert code == 1
+    assert ("malformed", "artifact:../../outside.txt") in _codes(report)
+
+
+def test_a_symlinked_run_directory_inside_a_work_directory_is_reported(
+    work: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # An honest copy of the run kept elsewhere and linked in: consistent
+    # bytes, but not stored where the run keeps them.
+    work_dir, outcomes = work
+    attempt = _attempts(work_dir)[0]
+    shutil.move(attempt / "run", tmp_path / "elsewhere")
+    (attempt / "run").symlink_to(tmp_path / "elsewhere")
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    assert ("not_regular", "run") in _codes(report)
