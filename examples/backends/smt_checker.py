@@ -24,9 +24,10 @@ The specification grammar (anything outside it is ``unknown``, with a reason):
   No string literals, quoted symbols or keywords (so no annotations); an
   atom must be followed by whitespace, a parenthesis, a comment or the end;
   nesting at most ``MAX_DEPTH`` deep; at most ``MAX_BYTES`` bytes.
-- Commands: at most one ``(set-logic L)``, first, with ``L`` in ``LOGICS``;
-  then only ``declare-const``, ``declare-fun``, ``declare-sort``,
-  ``define-sort`` and ``define-fun``. Every other command (``assert``,
+- Commands: at most one ``(set-logic L)``, first, with ``L`` in ``LOGICS``
+  (without one, the checker sets ``ALL``: everything cvc5 supports); then
+  only ``declare-const``, ``declare-fun``, ``declare-sort``, ``define-sort``
+  and ``define-fun``. Every other command (``assert``,
   ``check-sat``, ``exit``, ``reset``, ``push``/``pop``, ``set-option``,
   ``set-info``, ``get-*``, ``define-fun-rec``, ``include``, ...) is refused.
 - Every obligation name is a simple symbol defined exactly as
@@ -143,6 +144,10 @@ def prelude(text: str, names: list[str]) -> list[tuple[str, str]]:
         if head == "define-fun" and len(command) == 5 and isinstance(command[1], str):
             defined[command[1]] = command[2] == [] and command[3] == "Bool"
         allowed.append((head, render(command)))
+    if not allowed or allowed[0][0] != "set-logic":
+        # cvc5's strict parsing needs a logic; without one the prelude means
+        # what SMT-LIB gives an unset logic: everything cvc5 supports.
+        allowed.insert(0, ("set-logic", "(set-logic ALL)"))
     for name in names:
         if not NAME.match(name) or not defined.get(name):
             raise Refused(f"obligation {name!r} is not defined as (define-fun {name} () Bool ...)")
