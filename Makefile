@@ -40,7 +40,7 @@ demo: $(STAMP)  ## the reference scenario and the main job (kernel run), end to 
 	$(BIN)/kernel run examples/e2e/bundle.json --work-dir runs/e2e --out out/e2e-outcomes.jsonl
 	@echo "main job outcomes (JSON Lines, run order): out/e2e-outcomes.jsonl; certification runs: runs/e2e/"
 
-fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep")
+fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep"; the checker tests widen their corpora)
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider
 
 clean:  ## remove the virtual environment and caches
@@ -67,3 +67,8 @@ examples-external: $(STAMP)  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -
 .PHONY: bench
 bench: $(STAMP)  ## interleaved benchmarks: canonical_json, strict parse, replay (ratios, ~1-2 min)
 	$(BIN)/python -m bench
+
+.PHONY: bench-drat
+bench-drat: $(STAMP)  ## the DRAT checker against dratify's pure-Python engine (ratios, ~10 min)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench --drat

@@ -1,8 +1,9 @@
 """``python -m bench``: run every comparison interleaved and print a table of ratios.
 
-    python -m bench                  # the full run recorded in BENCHMARKS.md
-    python -m bench --rounds 7       # a quick look
-    python -m bench --markdown       # also print the tables as Markdown
+python -m bench                  # the full run recorded in BENCHMARKS.md
+python -m bench --rounds 7       # a quick look
+python -m bench --markdown       # also print the tables as Markdown
+python -m bench --drat           # the DRAT checker against dratify (bench/_drat.py)
 """
 
 from __future__ import annotations
@@ -75,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         "--target-ms", type=float, default=40.0, help="time per variant per round (default 40)"
     )
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
+    parser.add_argument("--drat", action="store_true", help="run only the DRAT comparison")
     args = parser.parse_args(argv)
+    if args.drat:
+        from bench._drat import main as drat_main
+
+        return drat_main(rounds=args.rounds if args.rounds != 81 else 5)
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (quartiles need them)")
 

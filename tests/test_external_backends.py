@@ -150,3 +150,28 @@ def test_cvc5_checker_rejects_a_weakened_obligation(manifest: Path, tmp_path: Pa
     weakened = original.replace("(assert (not abs_triangle))", "(assert false)")
     verdict = _recheck(attempt, tmp_path / "w", "smt_checker.py", {"abs_triangle.smt2": weakened})
     assert verdict == "rejected"
+
+
+def test_commands_after_exit_no_longer_turn_a_false_claim_into_pass(
+    manifest: Path, tmp_path: Path
+) -> None:
+    # Issue 13: z3 stops at (exit) and says unsat for the pushed (assert false);
+    # cvc5's command loop read on, and the checker took its last output.
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES, repo)
+    spec = repo / "specs" / "abs_false.smt2"
+    spec.write_text(
+        spec.read_text() + "(push 1)(assert false)(check-sat)(pop 1)(exit)(assert false)\n"
+    )
+    job = EXAMPLES / "jobs" / "smt-abs-false.json"
+    done = kernel(
+        "check", "run", manifest, "smt-abs-false", "--job", job,
+        "--run-root", tmp_path / "runs", "--repo", repo, "--run-id", "exit-route",
+    )  # fmt: skip
+    printed = json.loads(done.stdout)
+    metadata = printed["metadata"]
+    assert done.returncode == 1 and metadata["status"] == "BLOCKED", metadata
+    attempt = Path(str(printed["attempt_dir"]))
+    assert (attempt / "evidence" / "z3-answers.txt").read_text() == "abs_below_100 unsat\n"
+    log = (attempt / "checker" / "stdout.log").read_text()
+    assert "cvc5: abs_below_100: unknown" in log and "not allowed" in log
