@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typer
 
-from kernel.commands import bundle, check, digest, replay, run, verify
+from kernel.commands import bundle, check, digest, replay, run, schema, verify
 
 app = typer.Typer(
     name="kernel",
@@ -29,6 +29,7 @@ digest.register(app)
 bundle.register(app)
 replay.register(app)
 run.register(app)
+schema.register(app)
 app.add_typer(verify.app)
 app.add_typer(check.app)
 
