@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test lint typecheck unit demo fuzz clean package node
+.PHONY: help venv test lint typecheck unit demo fuzz clean package node vectors schemas
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -36,7 +36,7 @@ node:  ## install Node.js from Debian (apt-get) when it is missing
 	  command -v node > /dev/null || { echo "error: node_missing: the conformance vectors need Node.js (install the nodejs package)" >&2; exit 1; }
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check kernel tests examples bench
+	$(BIN)/ruff check kernel tests examples bench vectors
 
 typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
 	$(BIN)/mypy --strict kernel tests
@@ -62,6 +62,13 @@ fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep")
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build/package dist
+
+vectors: $(STAMP)  ## regenerate vectors/ and recompute them with the Node.js implementation
+	$(BIN)/python vectors/generate.py
+	node vectors/conformance.mjs
+
+schemas: $(STAMP)  ## regenerate the JSON Schemas in schemas/ from the attrs records
+	$(BIN)/kernel schema --write schemas
 
 # Build the sdist and wheel, check their metadata with twine, install the wheel
 # (with the certify extra) into a fresh venv and run the installed console script.
