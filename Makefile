@@ -5,21 +5,41 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test lint typecheck unit demo fuzz clean
+.PHONY: help venv test lint typecheck unit demo fuzz clean package node vectors schemas
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+# Extras, named for what they do: certify (z3 + cvc5, the SMT pair `kernel run`
+# certifies with), sat (python-sat, the SAT example only), scale (Dask), dev
+# (ruff, mypy, pytest, Hypothesis, jsonschema, in-toto), attest (cryptography:
+# kernel attest). pyproject.toml holds compatible
+# ranges; constraints.txt holds the exact releases CI installs. Node.js is
+# needed only by the conformance-vector tests (they fail with node_missing
+# without it), so a machine without apt-get can still run the demo.
+EXTRAS := dev,certify,sat,scale,attest
+
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,examples,scale,attest]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
+	command -v node > /dev/null || $(MAKE) node || echo 'warning: no node; make test will fail (node_missing)' >&2
 	touch $(STAMP)
 
-venv: $(STAMP)  ## create .venv and install the package with its extras (dev, examples, scale, attest)
+venv: $(STAMP)  ## create .venv and install the package with its extras (dev, certify, sat, scale, attest)
+
+# The conformance vectors (vectors/) are recomputed by an independent Node.js
+# implementation with no npm dependencies; Debian's nodejs package is enough.
+node:  ## install Node.js from Debian (apt-get) when it is missing
+	@command -v node > /dev/null && exit 0; \
+	  if command -v apt-get > /dev/null; then \
+	    SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs; \
+	  fi; \
+	  command -v node > /dev/null || { echo "error: node_missing: the conformance vectors need Node.js (install the nodejs package)" >&2; exit 1; }
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check kernel tests examples bench
+	$(BIN)/ruff check kernel tests examples bench vectors
 
 typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
 	$(BIN)/mypy --strict kernel tests
@@ -44,7 +64,27 @@ fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep"; the checker te
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider
 
 clean:  ## remove the virtual environment and caches
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build/package dist
+
+vectors: $(STAMP)  ## regenerate vectors/ and recompute them with the Node.js implementation
+	$(BIN)/python vectors/generate.py
+	node vectors/conformance.mjs
+
+schemas: $(STAMP)  ## regenerate the JSON Schemas in schemas/ from the attrs records
+	$(BIN)/kernel schema --write schemas
+
+# Build the sdist and wheel, check their metadata with twine, install the wheel
+# (with the certify extra) into a fresh venv and run the installed console script.
+PKG_VENV := build/package/venv
+package: $(STAMP)  ## build sdist + wheel into dist/, twine check, install the wheel in a fresh venv
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[release]'
+	rm -rf dist build/package
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+	$(PYTHON) -m venv $(PKG_VENV)
+	$(PKG_VENV)/bin/python -m pip install --quiet -c constraints.txt "$$(ls dist/*.whl)[certify]"
+	cd build/package && venv/bin/kernel --help > /dev/null && venv/bin/kernel schema --list > /dev/null
+	cd build/package && venv/bin/python -c "import kernel, kernel.replay, kernel.verification; print('installed', kernel.__version__)"
 
 # External verifier protocol examples (seed 003): real producer/checker pairs.
 # The manifest pins absolute paths and hashes of this machine, so it is

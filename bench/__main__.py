@@ -19,6 +19,7 @@ from importlib.metadata import version
 from rich.console import Console
 from rich.table import Table
 
+from bench._canonical import comparisons as canonical_comparisons
 from bench._cases import comparisons, load_corpus
 from bench._harness import Ratio, measure
 from bench._validate import census
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"[bold]replay-kernel benchmarks[/bold]: {facts}")
     corpus = load_corpus()
     found = census(corpus)
-    work = (*comparisons(corpus), validate_comparison(corpus, found))
+    work = (*comparisons(corpus), *canonical_comparisons(), validate_comparison(corpus, found))
 
     table = Table(title="ratios: baseline time / variant time per round (> 1: variant faster)")
     for header in HEADERS:

@@ -4,6 +4,15 @@ The pure core (``identity``, ``serde``, ``frames``, ``upstream``, ``replay``,
 ``verification``, ``organs``) never touches files, processes, clocks,
 randomness or the environment; ``external``, ``commands`` and ``cli`` are the
 impure shell that calls it.
+
+Public modules, each with an exact ``__all__``: ``kernel.identity``,
+``kernel.serde``, ``kernel.frames``, ``kernel.upstream``, ``kernel.drafts``,
+``kernel.schemas``, ``kernel.replay``, ``kernel.verification``,
+``kernel.organs``, ``kernel.external``, ``kernel.orchestrate``. The package
+itself re-exports nothing, so ``import kernel`` stays cheap; the distribution
+is ``failclosed-replay`` (ADR 0014).
 """
+
+__all__ = ["__version__"]
 
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typer
 
-from kernel.commands import attest, audit, bundle, check, digest, replay, run, verify
+from kernel.commands import attest, audit, bundle, check, digest, replay, run, schema, verify
 
 app = typer.Typer(
     name="kernel",
@@ -31,6 +31,7 @@ replay.register(app)
 run.register(app)
 audit.register(app)
 attest.register(app)
+schema.register(app)
 app.add_typer(verify.app)
 app.add_typer(check.app)
 

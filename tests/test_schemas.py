@@ -1,0 +1,200 @@
+"""JSON Schemas (ADR 0014): committed bytes, examples, real outputs, and refusals.
+
+The schemas are generated from the attrs records; these tests check that the
+committed ``schemas/`` are exactly what the generator makes, that every
+shipped example and every document a real command writes validates, and that
+the schemas are not vacuous (documents the kernel refuses for their shape are
+refused by the schema too).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from jsonschema import Draft202012Validator
+
+from kernel.commands.schema import schema_bytes, schema_names
+from kernel.serde import unstructure
+from kernel.upstream import SearchChain
+from tests.strategies import chains
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = ROOT / "schemas"
+EXAMPLES = ROOT / "examples"
+KERNEL = Path(sys.executable).with_name("kernel")
+
+# Every shipped example document and the schema it must satisfy. A new
+# example file fails test_every_example_is_classified until it is listed.
+EXAMPLE_SCHEMAS: dict[str, str] = {
+    "drafts/marbles.json": "search-draft",
+    "e2e/bundle.json": "replay-bundle",
+    "external/jobs/sat-php.json": "external-job",
+    "external/jobs/smt-abs-false.json": "external-job",
+    "external/jobs/smt-abs.json": "external-job",
+    "replay/bundle.json": "replay-bundle",
+    "replay/chain.json": "search-chain",
+    "verify/output-claim-malformed.json": "verification-output",
+    "verify/output-derived.json": "verification-output",
+    "verify/output.json": "verification-output",
+    "verify/plan.json": "verification-plan",
+    "verify/receipt-derived.json": "verification-receipt",
+    "verify/receipt.json": "verification-receipt",
+    "verify/spec-diagnostic.json": "verification-spec",
+    "verify/spec-generative.json": "verification-spec",
+    "verify/spec.json": "verification-spec",
+}
+# Shipped on purpose with a shape the kernel refuses at the boundary.
+EXAMPLES_REFUSED: dict[str, str] = {
+    "verify/spec-missing-authority.json": "verification-spec",
+}
+
+
+def validator(name: str) -> Draft202012Validator:
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_bytes())
+    return Draft202012Validator(schema)
+
+
+def errors(name: str, document: Any) -> list[str]:
+    return [error.message for error in validator(name).iter_errors(document)]
+
+
+def test_committed_schemas_are_the_generated_bytes() -> None:
+    committed = sorted(path.name for path in SCHEMAS.glob("*.schema.json"))
+    assert committed == sorted(f"{name}.schema.json" for name in schema_names())
+    for name in schema_names():
+        assert (SCHEMAS / f"{name}.schema.json").read_bytes() == schema_bytes(name), (
+            f"schemas/{name}.schema.json is stale: run `kernel schema --write schemas`"
+        )
+
+
+@pytest.mark.parametrize("name", schema_names())
+def test_every_schema_is_a_valid_draft_2020_12_schema(name: str) -> None:
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_bytes())
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(schema)
+
+
+def test_every_example_is_classified() -> None:
+    shipped = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.json")}
+    assert shipped == set(EXAMPLE_SCHEMAS) | set(EXAMPLES_REFUSED)
+
+
+@pytest.mark.parametrize(("example", "name"), sorted(EXAMPLE_SCHEMAS.items()))
+def test_shipped_example_validates(example: str, name: str) -> None:
+    assert errors(name, json.loads((EXAMPLES / example).read_bytes())) == []
+
+
+@pytest.mark.parametrize(("example", "name"), sorted(EXAMPLES_REFUSED.items()))
+def test_example_the_kernel_refuses_fails_its_schema(example: str, name: str) -> None:
+    assert errors(name, json.loads((EXAMPLES / example).read_bytes())) != []
+    plan = subprocess.run(
+        [str(KERNEL), "verify", "plan", str(EXAMPLES / example)],
+        capture_output=True, text=True, check=False,
+    )
+    assert plan.returncode == 2 and plan.stderr.startswith("error: schema_mismatch")
+
+
+@given(chains())
+def test_every_chain_the_kernel_builds_validates(chain: SearchChain) -> None:
+    assert errors("search-chain", unstructure(chain)) == []
+
+
+def test_schema_refuses_extra_and_missing_fields_and_bad_digests() -> None:
+    bundle = json.loads((EXAMPLES / "replay/bundle.json").read_bytes())
+    extra = copy.deepcopy(bundle)
+    extra["chain"]["run"]["unexpected"] = 1
+    assert errors("replay-bundle", extra) != []
+    missing = copy.deepcopy(bundle)
+    del missing["inputs"][0]["input_digest"]
+    assert errors("replay-bundle", missing) != []
+    upper = copy.deepcopy(bundle)
+    upper["chain"]["run"]["run_id"] = upper["chain"]["run"]["run_id"].upper()
+    assert errors("replay-bundle", upper) != []
+    wrong_type = copy.deepcopy(bundle)
+    wrong_type["chain"]["budget"]["max_attempts"] = "8"
+    assert errors("replay-bundle", wrong_type) != []
+
+
+def run_kernel(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([str(KERNEL), *args], capture_output=True, check=False, cwd=cwd)
+
+
+def test_kernel_schema_prints_the_committed_bytes() -> None:
+    listed = run_kernel("schema", "--list")
+    assert listed.returncode == 0
+    assert tuple(listed.stdout.decode().split()) == schema_names()
+    for name in ("replay-bundle", "replay-outcome", "external-receipt"):
+        printed = run_kernel("schema", name)
+        assert printed.returncode == 0
+        assert printed.stdout == (SCHEMAS / f"{name}.schema.json").read_bytes()
+
+
+def test_kernel_schema_refuses_an_unknown_name_in_one_line() -> None:
+    result = run_kernel("schema", "no-such-schema")
+    assert result.returncode == 2
+    assert result.stdout == b""
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unknown_schema: ")
+
+
+def test_kernel_schema_write_regenerates_the_committed_tree(tmp_path: Path) -> None:
+    assert run_kernel("schema", "--write", str(tmp_path)).returncode == 0
+    for name in schema_names():
+        written = (tmp_path / f"{name}.schema.json").read_bytes()
+        assert written == (SCHEMAS / f"{name}.schema.json").read_bytes()
+
+
+def test_outcome_lines_of_a_real_replay_validate(tmp_path: Path) -> None:
+    out = tmp_path / "outcomes.jsonl"
+    result = run_kernel("replay", str(EXAMPLES / "replay/bundle.json"), "--out", str(out))
+    assert result.returncode in (0, 1), result.stderr
+    lines = out.read_bytes().splitlines()
+    assert lines
+    for line in lines:
+        assert errors("replay-outcome", json.loads(line)) == []
+    # Both arms of the union are exercised by the shipped scenario.
+    kinds = {"replay_result_id" in json.loads(line) for line in lines}
+    assert kinds == {True, False}
+
+
+def test_bundle_written_by_kernel_bundle_validates(tmp_path: Path) -> None:
+    out = tmp_path / "bundle.json"
+    result = run_kernel("bundle", str(EXAMPLES / "drafts/marbles.json"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert errors("replay-bundle", json.loads(out.read_bytes())) == []
+
+
+def test_external_run_documents_validate(tmp_path: Path) -> None:
+    # A real pinned z3 -> cvc5 run: manifest, job copy, metadata and receipt.
+    build = tmp_path / "build"
+    made = subprocess.run(
+        [sys.executable, str(EXAMPLES / "external/make_manifest.py"), str(build)],
+        capture_output=True, check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    result = run_kernel(
+        "check", "run", str(build / "manifest.json"), "smt-abs",
+        "--repo", str(EXAMPLES / "external"),
+        "--job", str(EXAMPLES / "external/jobs/smt-abs.json"),
+        "--run-root", str(tmp_path / "runs"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert errors("external-manifest", json.loads((build / "manifest.json").read_bytes())) == []
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    documents = {
+        "external-job": run_dir / "job.json",
+        "external-run-metadata": run_dir / "metadata.json",
+        "external-receipt": run_dir / "checker" / "receipt.json",
+    }
+    for name, path in documents.items():
+        assert errors(name, json.loads(path.read_bytes())) == [], path
+    receipt = json.loads(documents["external-receipt"].read_bytes())
+    receipt["verdict"] = "maybe"
+    assert errors("external-receipt", receipt) != []
