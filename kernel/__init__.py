@@ -5,10 +5,9 @@ The pure core (``identity``, ``serde``, ``frames``, ``upstream``, ``replay``,
 randomness or the environment; ``external``, ``commands`` and ``cli`` are the
 impure shell that calls it.
 
-Public modules, each with an exact ``__all__``: ``kernel.identity``,
-``kernel.serde``, ``kernel.frames``, ``kernel.upstream``, ``kernel.drafts``,
-``kernel.schemas``, ``kernel.replay``, ``kernel.verification``,
-``kernel.organs``, ``kernel.external``, ``kernel.orchestrate``. The package
+Public modules of this package, each with an exact ``__all__``: ``identity``,
+``serde``, ``frames``, ``upstream``, ``drafts``, ``schemas``, ``replay``,
+``verification``, ``organs``, ``external`` and ``orchestrate``. The package
 itself re-exports nothing, so ``import kernel`` stays cheap; the distribution
 is ``failclosed-replay`` (ADR 0014).
 """

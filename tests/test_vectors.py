@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kernel.external import Job
 from kernel.frames import FrameDelta, ProblemFrame
 from kernel.identity import IdentityError, canonical_json
 from kernel.replay import ReplayAdapterInput, ReplayAdapterRefusal, ReplayAdapterResult
@@ -35,7 +36,8 @@ from kernel.upstream import (
     SearchGateDecision,
     SearchRunInput,
 )
-from tests import reference
+from kernel.verification import VerificationReceipt, VerificationRequest
+from tests import reference, verification_strategies
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT / "vectors"
@@ -125,6 +127,23 @@ RECORD_CHECKS: dict[str, tuple[type, Any]] = {
     "result": (ReplayAdapterResult, reference.result_id),
     "refusal": (ReplayAdapterRefusal, reference.refusal_id),
 }
+
+
+def _job_digest(job: Job) -> str:
+    # Seed 003: the job document with job_digest blanked, hashed by the stdlib.
+    return verification_strategies.sha({
+        "schema_version": job.schema_version, "job_id": job.job_id, "check_id": job.check_id,
+        "description": job.description, "job_digest": "",
+    })
+
+
+RECORD_CHECKS.update({
+    "verification_request": (VerificationRequest, lambda r: verification_strategies.sha(
+        verification_strategies.request_json_without_id(r))),
+    "verification_receipt": (VerificationReceipt, lambda r: verification_strategies.sha(
+        verification_strategies.receipt_json_without_id(r))),
+    "external_job": (Job, _job_digest),
+})
 
 
 def test_record_vectors_match_the_independent_reference() -> None:

@@ -314,6 +314,8 @@ function deltaPayload(d) {
   ]);
 }
 
+const without = (m, field) => obj([...m].filter(([k]) => k !== field));
+
 // The record's own id field, blanked to "" (explanations never enter a payload).
 const blanked = (idField, m, names) => obj([[idField, ""], ...names.map((n) => [n, get(m, n)])]);
 
@@ -380,6 +382,11 @@ export const PAYLOADS = {
     "replay_policy_version", "input_digest", "run_id", "attempt_id", "candidate_digest",
     "replay_disposition", "reason_codes",
   ])],
+  // Seed 000: a request or receipt id hashes every other field of the record.
+  verification_request: ["request_id", (r) => without(r, "request_id")],
+  verification_receipt: ["receipt_id", (r) => without(r, "receipt_id")],
+  // Seed 003: a job's digest hashes the job with the digest itself blanked.
+  external_job: ["job_digest", (j) => obj([...j].map(([k, v]) => [k, k === "job_digest" ? "" : v]))],
 };
 
 // --- spans -----------------------------------------------------------------------

@@ -250,6 +250,31 @@ def outcome_records(source: str, lines: list[str]) -> Iterator[Entry]:
                                 refusal.replay_refusal_id, refusal.payload(), as_line)
 
 
+def verification_and_job_records() -> Iterator[Entry]:
+    """Seed 000 request and receipt ids, and seed 003 job digests, from the shipped examples."""
+    import attrs
+
+    from kernel.external import Job
+    from kernel.serde import unstructure
+    from kernel.verification import VerificationPlan, VerificationReceipt
+    from kernel.verification._records import receipt_payload, request_payload
+
+    plan = loads((ROOT / "examples/verify/plan.json").read_bytes(), VerificationPlan)
+    yield _record_entry("verification_request", "examples/verify/plan.json $.request",
+                        plan.request, plan.request.request_id, request_payload(plan.request),
+                        unstructure)
+    for name in ("receipt.json", "receipt-derived.json"):
+        receipt = loads((ROOT / "examples/verify" / name).read_bytes(), VerificationReceipt)
+        yield _record_entry("verification_receipt", f"examples/verify/{name}", receipt,
+                            receipt.receipt_id, receipt_payload(receipt), unstructure)
+    for path in sorted((ROOT / "examples/external/jobs").glob("*.json")):
+        job = loads(path.read_bytes(), Job)
+        # kernel.external.job_digest_of: the job with its own digest blanked.
+        payload = unstructure(attrs.evolve(job, job_digest=""))
+        yield _record_entry("external_job", str(path.relative_to(ROOT)), job, job.job_digest,
+                            payload, unstructure)
+
+
 # --- replay cases: real commands, bundle in, outcome lines out ------------------------
 
 
@@ -378,6 +403,7 @@ def build(tmp: Path) -> dict[str, bytes]:
         data = bundle_bytes if is_vector else (ROOT / case["bundle"]).read_bytes()
         records += bundle_records(case["bundle"], loads(data, ReplayBundle))
         records += outcome_records(f"replay.json {case['name']}", case["outcome_lines"])
+    records += verification_and_job_records()
     files["records.json"] = render({
         "description": "Identity payloads (id blanked, explanation excluded) and ids of every "
                        "record type, from the shipped bundles and their outcome lines.",
