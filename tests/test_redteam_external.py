@@ -337,7 +337,13 @@ def test_a_pass_for_another_specification_never_closes_the_target(
 
     def swapped(*args: Any, **kwargs: Any) -> RunOutcome:
         problem = Path(kwargs["repository_root"]) / "certification.smt2"
-        problem.write_text("(set-logic QF_LIA)\n(assert false)\n(check-sat)\n")
+        # A well-formed certification problem (ADR 0012's grammar) that the
+        # pair really accepts, but not the one planned for this candidate.
+        problem.write_text(
+            "(set-logic QF_NIA)\n(declare-const q1_1 Int)\n(declare-const q1_2 Int)\n"
+            "(assert (= q1_1 7))\n(assert (= q1_2 7))\n(assert (distinct q1_1 q1_2))\n"
+            "(check-sat)\n"
+        )
         seen.append(real_run_check(*args, **kwargs))
         return seen[-1]
 
