@@ -43,6 +43,7 @@ def _gate(
 def _refused(decision: GateDecision, reason: GateReason) -> None:
     assert decision.gate_eligible is False
     assert decision.reason is reason
+    assert decision.message and "\n" not in decision.message
 
 
 def test_independent_assurance_receipt_with_expected_status_is_eligible() -> None:
@@ -52,6 +53,7 @@ def test_independent_assurance_receipt_with_expected_status_is_eligible() -> Non
     assert decision.gate_eligible is True
     assert decision.reason is None
     assert (decision.receipt_id, decision.request_id) == (receipt.receipt_id, p.request.request_id)
+    assert p.request.claim.claim_id in decision.message
 
 
 def test_refuted_passes_when_refuted_is_expected() -> None:
@@ -318,9 +320,9 @@ def test_a_decision_names_the_current_candidate_it_judged_against() -> None:
     assert eligible.candidate == vs.CANDIDATE_DIGEST
 
 
-@pytest.mark.parametrize("field", ["receipt_id", "request_id", "candidate"])
-@pytest.mark.parametrize("value", [None, "", "c" * 63])
-def test_a_decision_without_a_candidate_or_id_cannot_be_built(
+@pytest.mark.parametrize("field", ["receipt_id", "request_id", "candidate", "message"])
+@pytest.mark.parametrize("value", [None, "", "c" * 63 + "\n"])
+def test_a_decision_without_a_candidate_id_or_message_cannot_be_built(
     field: str, value: str | None
 ) -> None:
     fields: dict[str, object] = {
