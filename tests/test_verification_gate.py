@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kernel.serde import dumps
 from kernel.verification import (
     Authority,
     BackendVerdict,
@@ -27,6 +31,7 @@ from kernel.verification import (
     seal_verification,
 )
 from tests import verification_strategies as vs
+from tests.test_external_cli import kernel
 
 NO_HISTORY = RepairHistory(prior_candidates=(), pre_repair_evidence_digests=())
 
@@ -43,6 +48,7 @@ def _gate(
 def _refused(decision: GateDecision, reason: GateReason) -> None:
     assert decision.gate_eligible is False
     assert decision.reason is reason
+    assert decision.message and "\n" not in decision.message
 
 
 def test_independent_assurance_receipt_with_expected_status_is_eligible() -> None:
@@ -52,6 +58,7 @@ def test_independent_assurance_receipt_with_expected_status_is_eligible() -> Non
     assert decision.gate_eligible is True
     assert decision.reason is None
     assert (decision.receipt_id, decision.request_id) == (receipt.receipt_id, p.request.request_id)
+    assert p.request.claim.claim_id in decision.message
 
 
 def test_refuted_passes_when_refuted_is_expected() -> None:
@@ -318,9 +325,9 @@ def test_a_decision_names_the_current_candidate_it_judged_against() -> None:
     assert eligible.candidate == vs.CANDIDATE_DIGEST
 
 
-@pytest.mark.parametrize("field", ["receipt_id", "request_id", "candidate"])
-@pytest.mark.parametrize("value", [None, "", "c" * 63])
-def test_a_decision_without_a_candidate_or_id_cannot_be_built(
+@pytest.mark.parametrize("field", ["receipt_id", "request_id", "candidate", "message"])
+@pytest.mark.parametrize("value", [None, "", "c" * 63 + "\n"])
+def test_a_decision_without_a_candidate_id_or_message_cannot_be_built(
     field: str, value: str | None
 ) -> None:
     fields: dict[str, object] = {
@@ -525,3 +532,27 @@ def test_no_relabelled_diagnostic_receipt_ever_passes(
         GateReason.DIAGNOSTIC_AUTHORITY,
         GateReason.RECEIPT_AUTHORITY_MISMATCH,
     }
+
+
+# --- the attack through the command line -------------------------------------------------
+
+
+def test_kernel_verify_gate_refuses_a_relabelled_receipt(tmp_path: Path) -> None:
+    # The reproduction, end to end: a diagnostic plan and its
+    # receipt as files, the receipt relabelled assurance by an independent
+    # Test Engineer and its id recomputed with the test's own hasher.
+    p, receipt = _diagnostic_run(Stage.IMPLEMENTATION)
+    forged = vs.resealed_receipt(
+        receipt, authority=Authority.ASSURANCE, produced_by=vs.tester("session-independent")
+    )
+    plan_file, receipt_file = tmp_path / "plan.json", tmp_path / "receipt.json"
+    plan_file.write_bytes(dumps(p))
+    receipt_file.write_bytes(dumps(forged))
+    done = kernel(
+        "verify", "gate", plan_file, receipt_file,
+        "--candidate", vs.CANDIDATE_DIGEST, "--author-session", vs.AUTHOR,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    decision = json.loads(done.stdout)
+    assert decision["gate_eligible"] is False
+    assert decision["reason"] == "receipt_authority_mismatch"

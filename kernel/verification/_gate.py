@@ -82,6 +82,12 @@ def _digest(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         raise TypeError(f"{attribute.name} must be a SHA-256 digest")
 
 
+def _one_line(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Every decision explains itself in one readable line.
+    if type(value) is not str or not value or "\n" in value:
+        raise TypeError(f"{attribute.name} must be one non-empty line of text")
+
+
 @final
 @attrs.frozen
 class RepairHistory:
@@ -108,7 +114,7 @@ class GateDecision:
 
     gate_eligible: bool
     reason: GateReason | None = attrs.field(validator=_reason)
-    message: str
+    message: str = attrs.field(validator=_one_line)
     receipt_id: str = attrs.field(validator=_digest)
     request_id: str = attrs.field(validator=_digest)
     candidate: str = attrs.field(validator=_digest)
