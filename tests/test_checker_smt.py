@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,7 +91,7 @@ def test_certification_problems_of_the_kernel_are_accepted() -> None:
         assert certify(text) == ("unsat", "targets cannot differ")
 
 
-@settings(max_examples=20)
+@settings(max_examples=500 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 20)
 @given(runnable_frames())
 def test_every_runnable_frame_s_problem_is_in_the_certify_grammar(frame: object) -> None:
     from kernel.frames import ProblemFrame

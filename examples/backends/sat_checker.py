@@ -460,13 +460,17 @@ def main() -> int:
     if hashlib.sha256(spec_bytes).hexdigest() != request["specification_digest"]:
         print("specification in the snapshot does not match the request", file=sys.stderr)
         return 1
-    with open(os.path.join(paths["evidence"], "proof.drat"), "rb") as handle:
-        proof = handle.read()
     names = request["claim"]["obligations"]
-    if names:
-        result, detail = check_files(spec_bytes, proof)
+    try:
+        with open(os.path.join(paths["evidence"], "proof.drat"), "rb") as handle:
+            proof = handle.read()
+    except OSError as error:
+        result, detail = "unknown", f"proof.drat unreadable: {error.strerror or error}"
     else:
-        result, detail = "unknown", "the claim has no obligation"
+        if names:
+            result, detail = check_files(spec_bytes, proof)
+        else:
+            result, detail = "unknown", "the claim has no obligation"
     print(f"drat: {result}: {detail}")
     obligations = [{"name": name, "result": result, "evidence": ["proof.drat"]} for name in names]
     receipt = {
