@@ -271,13 +271,13 @@ def wheel(rim: int) -> list[tuple[int, int]]:
 
 
 def corpus() -> Iterator[tuple[str, int, list[Clause]]]:
-    for holes in (2, 3, 4, 5):
+    for holes in (2, 3, 4, 5, 6, *((7,) if DEEP else ())):
         yield f"php{holes + 1}_{holes}", *pigeonhole(holes)
     found = 0
     seed = 0
     wanted = 60 if DEEP else 22
     while found < wanted:
-        size = 14 + seed % 17
+        size = 14 + seed % 17 if found < 20 else 45 + seed % 20
         instance = random_3sat(size, seed)
         seed += 1
         if unsatisfiable(instance[1]):
