@@ -84,6 +84,16 @@ def test_comments_may_hold_any_utf8_text() -> None:
     assert example(text, ["abs_nonnegative"])["abs_nonnegative"][0] == "unsat"
 
 
+def test_every_declaration_form_of_the_grammar_is_run() -> None:
+    text = (
+        "(set-logic QF_UF)\n(declare-sort S 0)\n(define-sort T () S)\n(declare-const a T)\n"
+        "(declare-fun f (S) S)\n(define-fun same () Bool (= (f a) (f a)))\n"
+        "(define-fun fixed () Bool (= (f a) a))\n"
+    )
+    found = example(text, ["same", "fixed"])
+    assert (found["same"][0], found["fixed"][0]) == ("unsat", "sat")
+
+
 def test_certification_problems_of_the_kernel_are_accepted() -> None:
     for frame in (story(), numbers()):
         text = certification_problem(frame)
