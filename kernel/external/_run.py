@@ -35,7 +35,6 @@ import contextlib
 import enum
 import os
 import re
-import shutil
 import stat
 import threading
 from collections.abc import Callable, Mapping
@@ -52,6 +51,7 @@ from kernel.external._contain import (
     seal_copy,
 )
 from kernel.external._files import (
+    copy_hashed,
     list_digest,
     read_capped,
     sha256_nofollow,
@@ -312,9 +312,9 @@ def build_identity(entry: CheckEntry, rec: _Recorder, attempt: _Attempt) -> Chec
     return identity
 
 
-def recheck_pins(entry: CheckEntry, reason: Reason, when: str) -> None:
-    """Seed 003 "Pin validation": every pin again, right before (or after) a launch."""
-    failure = first_pin_failure(all_pins(entry))
+def recheck_pins(pins: tuple[Pin, ...], reason: Reason, when: str) -> None:
+    """Seed 003 "Pin validation": these pins again, right before (or after) a launch."""
+    failure = first_pin_failure(pins)
     if failure is not None:
         raise _Block(reason, f"{when}: {failure.detail}")
 
@@ -335,7 +335,12 @@ def _source_file(root: Path, relative: str) -> Path:
 def freeze_snapshot(
     entry: CheckEntry, repository_root: Path, rec: _Recorder, attempt: _Attempt
 ) -> tuple[FileDigest, ...]:
-    """Hash the declared inputs, copy them into snapshot/, and verify the copy."""
+    """Copy the declared inputs into snapshot/, hashing the bytes as they are copied.
+
+    Each input is read once: the digest is of the bytes written to the copy.
+    The snapshot is then checked to hold exactly the declared files (its bytes
+    are checked again after each command).
+    """
     root = Path(os.path.realpath(repository_root))
     digests: list[FileDigest] = []
     attempt.snapshot.mkdir()
@@ -343,20 +348,24 @@ def freeze_snapshot(
         source = _source_file(root, relative)
         target = attempt.snapshot / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target, follow_symlinks=False)
-        digests.append(FileDigest(relative, sha256_nofollow(source)))
+        digests.append(FileDigest(relative, copy_hashed(source, target)))
     inputs = tuple(sorted(digests, key=lambda d: d.path))
     rec.inputs = inputs
     rec.input_digest = list_digest(inputs)
     rec.specification_digest = next(d.sha256 for d in inputs if d.path == entry.claim.specification)
-    verify_snapshot(attempt, inputs, Reason.SNAPSHOT_MISMATCH, "copied snapshot")
+    verify_snapshot(attempt, inputs, Reason.SNAPSHOT_MISMATCH, "copied snapshot", rehash=False)
     return inputs
 
 
 def verify_snapshot(
-    attempt: _Attempt, inputs: tuple[FileDigest, ...], reason: Reason, when: str
+    attempt: _Attempt,
+    inputs: tuple[FileDigest, ...],
+    reason: Reason,
+    when: str,
+    *,
+    rehash: bool = True,
 ) -> None:
-    """The snapshot holds exactly the declared inputs, byte for byte."""
+    """The snapshot holds exactly the declared inputs, byte for byte (``rehash``)."""
     if not _is_real_directory(attempt.snapshot):
         raise _Block(reason, f"{when}: snapshot/ is no longer a plain directory")
     expected = {d.path: d.sha256 for d in inputs}
@@ -366,7 +375,7 @@ def verify_snapshot(
             continue
         if kind != "file" or relative not in expected:
             raise _Block(reason, f"{when}: unexpected {kind} {relative!r} in snapshot/")
-        if sha256_nofollow(attempt.snapshot / relative) != expected[relative]:
+        if rehash and sha256_nofollow(attempt.snapshot / relative) != expected[relative]:
             raise _Block(reason, f"{when}: {relative!r} differs from the declared input")
     present = {relative for relative, kind in walk_tree(attempt.snapshot) if kind == "file"}
     missing = sorted(set(expected) - present)
@@ -481,17 +490,26 @@ def launch(
     environment: Mapping[str, str],
     cancel: threading.Event | None,
     containment: ContainmentLevel,
+    recheck: tuple[Pin, ...],
 ) -> ProcessSummary:
-    """Re-check every pin, run one command in snapshot/, keep its output; map failures.
+    """Re-check ``recheck``'s pins, run one command in snapshot/, keep its output; map failures.
 
     What runs is sealed copies (ADR 0009): the executable and the scripts named
     in argv are the bytes just hashed, whatever happens to the files meanwhile.
     """
     command = entry.producer if role == "producer" else entry.checker
-    recheck_pins(entry, Reason.PIN_CHANGED_BEFORE_LAUNCH, f"before the {role} launch")
     argv = expand_argv(command.argv, attempt.placeholders(command, role))
     if argv[0] != command.executable.path:  # the manifest validator makes this an invariant
         raise _Block(Reason.LAUNCH_FAILED, f"{role} argv[0] is not the pinned executable")
+    # Each pin is hashed once here: the executable and the scripts named in argv
+    # through their sealed copies, every other pin of this launch by its path.
+    arguments = set(argv[1:])
+    sealed = {command.executable} | {p for p in command.dependencies if p.path in arguments}
+    recheck_pins(
+        tuple(pin for pin in recheck if pin not in sealed),
+        Reason.PIN_CHANGED_BEFORE_LAUNCH,
+        f"before the {role} launch",
+    )
     executable, argv, scripts = _sealed_command(role, command, argv)
     try:
         result = run_process(
@@ -598,6 +616,9 @@ def check_phase(
             environment=environment,
             cancel=cancel,
             containment=containment,
+            # In a run the producer ran since the identity was built: every pin
+            # again. In a replay the identity was just built from the same pins.
+            recheck=all_pins(entry) if kind is RunKind.RUN else entry.checker.pins(),
         )
     except _Block as block:
         rec.checker = block.summary
@@ -606,7 +627,7 @@ def check_phase(
         raise
     if progress is not None:
         progress(Stage.CHECKER_EXITED)
-    recheck_pins(entry, Reason.PIN_CHANGED_DURING_RUN, "after the checker exited")
+    recheck_pins(entry.checker.pins(), Reason.PIN_CHANGED_DURING_RUN, "after the checker exited")
     verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the checker")
     try:
         after = hash_evidence(attempt.evidence, entry.evidence_artifacts)
@@ -670,7 +691,7 @@ def finish(rec: _Recorder, attempt: _Attempt, body: Callable[[], None]) -> RunOu
     else:
         metadata = rec.freeze(Status.PASS, None, "accepted by a valid receipt")
     try:
-        write_atomic(attempt.root / "metadata.json", dumps(metadata) + b"\n")
+        write_atomic(attempt.root / "metadata.json", dumps(metadata) + b"\n", durable=True)
     except OSError as exc:
         raise RunDirectoryError("metadata_unwritable", f"{attempt.root}: {exc}") from exc
     return RunOutcome(str(attempt.root), metadata)
@@ -746,6 +767,7 @@ def run_check(
                 environment=environment,
                 cancel=cancel,
                 containment=containment,
+                recheck=entry.producer.pins(),
             )
         except _Block as block:
             rec.producer = block.summary
