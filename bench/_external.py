@@ -18,7 +18,8 @@ its two launches: the run's own CPU (``RUSAGE_SELF``) in-process, with the
 scripts' CPU excluded by construction, with the ten 1 MiB inputs (three
 hashing passes over them: copy, after the producer, after the checker) and
 with one 1 KiB input (the fixed part). And the kernel CLI's start-up, which is
-most of the whole-process difference. Needs the ``bench`` extra (in-toto).
+most of the whole-process difference. Needs ``in-toto`` (``>=3,<4``, in the
+``dev`` extra); without it the comparison says it was skipped.
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def _import_cli() -> None:
 def report(console: Console, rounds: int) -> list[str]:
     """Measure, print and return the result lines."""
     if shutil.which("in-toto-run", path=str(Path(sys.executable).parent)) is None:
-        line = "external: skipped (in-toto not installed: pip install -e '.[bench]')"
+        line = "external: skipped (in-toto-run not installed: pip install 'in-toto>=3,<4')"
         console.print(line)
         return [line]
     from kernel.external import available_level
