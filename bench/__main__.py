@@ -21,6 +21,7 @@ from rich.table import Table
 
 from bench._canonical import comparisons as canonical_comparisons
 from bench._cases import comparisons, load_corpus
+from bench._external import report as external_report
 from bench._harness import Ratio, measure
 from bench._validate import census
 from bench._validate import comparison as validate_comparison
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for line in census_lines:
             print(f"- {line}")
+    external_report(console, rounds=max(3, min(args.rounds, 7)))  # bench/_external.py
     console.print(f"done in {time.perf_counter() - started:.0f} s", style="dim")
     return 0
 
