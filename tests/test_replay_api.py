@@ -30,8 +30,8 @@ def test_public_api_exports_are_exact() -> None:
         "ReplayAdapterInput", "ReplayAdapterOutcome", "ReplayAdapterRefusal",
         "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition", "ReplayMisuseError",
         "ReplayRequest", "Validated", "build_replay_input", "dispose", "input_digest_of",
-        "proof_outcome_id_of", "refusal_id_of", "replay_attempt", "replay_contract",
-        "replay_proofs", "requests_from_bundle", "result_id_of", "seal_proof_outcome",
+        "proof_outcome_id_of", "refusal_id_of", "refuse_malformed_attempt", "replay_attempt",
+        "replay_contract", "replay_proofs", "requests_from_bundle", "result_id_of", "seal_proof_outcome",
         "validate",
     ]
     assert all(hasattr(api, name) for name in api.__all__)
@@ -113,7 +113,11 @@ def test_every_reason_code_is_exercised_by_an_adapter_test() -> None:
 
     from kernel.replay import ReasonCode
 
-    text = (Path(__file__).parent / "test_replay_adapter.py").read_text(encoding="utf-8")
+    text = "".join(
+        path.read_text(encoding="utf-8")
+        for path in sorted(Path(__file__).parent.glob("test_replay_*.py"))
+        if path.name != "test_replay_api.py"
+    )
     missing = [code.name for code in ReasonCode if f"RC.{code.name}" not in text
                and code.value not in text]
     assert missing == []

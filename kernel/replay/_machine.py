@@ -102,6 +102,7 @@ __all__ = [
     "ReplayMisuseError",
     "Validated",
     "dispose",
+    "refuse_malformed_attempt",
     "replay_attempt",
     "replay_contract",
     "replay_proofs",
@@ -124,6 +125,7 @@ class ReasonCode(Enum):
 
     # invalid_replay_input: structure
     REQUEST_NOT_A_REPLAY_REQUEST = "request_not_a_replay_request"
+    ATTEMPT_MALFORMED = "attempt_malformed"
     REQUEST_FIELD_WRONG_TYPE = "request_field_wrong_type"
     RECORD_STRUCTURE_INVALID = "record_structure_invalid"
     RECORD_NOT_CANONICAL = "record_not_canonical"
@@ -290,6 +292,30 @@ def _result(
         explanation=explanation,
     )
     return attrs.evolve(draft, replay_result_id=result_id_of(draft))
+
+
+def refuse_malformed_attempt(attempt_index: int, detail: str) -> ReplayAdapterRefusal:
+    """The typed refusal for the attempt at ``attempt_index`` that could not be read.
+
+    For a bundle whose envelope (the run and its upstream chain) is sound but
+    one of whose attempts (its input or reconstruction) is malformed: that
+    attempt alone is ``invalid_replay_input`` (ADR-0229 §16) and the others are
+    still classified. No identity of the attempt was validated, so none is
+    reported (§7.2). ``detail`` says what was wrong; characters outside the
+    identity domain (a lone surrogate quoted from hostile input) are escaped.
+    Raises ``TypeError``/``ValueError`` for a non-int or negative index
+    (caller misuse).
+    """
+    if type(attempt_index) is not int or type(detail) is not str:
+        raise TypeError("attempt_index must be int and detail str")
+    if attempt_index < 0:
+        raise ValueError(f"attempt_index must be >= 0, got {attempt_index}")
+    safe = detail.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _refusal(
+        D.INVALID_REPLAY_INPUT,
+        ReasonCode.ATTEMPT_MALFORMED,
+        f"attempt {attempt_index}: {safe}",
+    )
 
 
 # --- validate ------------------------------------------------------------------
