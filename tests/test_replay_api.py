@@ -31,8 +31,8 @@ def test_public_api_exports_are_exact() -> None:
         "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition", "ReplayMisuseError",
         "ReplayRequest", "Validated", "build_replay_input", "dispose", "input_digest_of",
         "proof_outcome_id_of", "refusal_id_of", "refuse_malformed_attempt", "replay_attempt",
-        "replay_contract", "replay_proofs", "requests_from_bundle", "result_id_of", "seal_proof_outcome",
-        "validate",
+        "replay_contract", "replay_proofs", "requests_from_bundle", "result_id_of",
+        "seal_proof_outcome", "validate",
     ]
     assert all(hasattr(api, name) for name in api.__all__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.replay import ReasonCode, ReplayDisposition, refuse_malformed_attempt
+from kernel.replay import ReplayDisposition, refuse_malformed_attempt
 from kernel.serde import dumps
 from tests import reference
 
@@ -18,7 +18,7 @@ D = ReplayDisposition
 def test_a_malformed_attempt_is_its_own_invalid_replay_input_refusal() -> None:
     refusal = refuse_malformed_attempt(3, "schema_mismatch at $.inputs[3]: bad")
     assert refusal.replay_disposition is D.INVALID_REPLAY_INPUT
-    assert refusal.reason_codes == (ReasonCode.ATTEMPT_MALFORMED.value,)
+    assert refusal.reason_codes == ("attempt_malformed",)
     # §7.2: nothing of the attempt was validated, so no identity is reported.
     assert (refusal.input_digest, refusal.run_id, refusal.attempt_id) == (None, None, None)
     assert refusal.candidate_digest is None
