@@ -23,13 +23,15 @@ FORBIDDEN_FIELDS = {
 
 def test_public_api_exports_are_exact() -> None:
     assert api.__all__ == [
-        "CONTRACT_PROOF_REPLAY_POLICY_VERSION", "AuthorityManifest", "ContractAuthority",
+        "CONTRACT_PROOF_REPLAY_POLICY_VERSION", "DISPOSITION_OF", "AuthorityManifest",
+        "ContractAuthority",
         "ContractClosed", "NoProofObligationsApplicable", "ProofAuthority", "ProofContext",
         "ProofEvidence",
         "ProofObligations", "ProofOutcome", "ProofStatus", "ProofsReplayed", "ReasonCode",
         "ReplayAdapterInput", "ReplayAdapterOutcome", "ReplayAdapterRefusal",
         "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition", "ReplayMisuseError",
-        "ReplayRequest", "Validated", "build_replay_input", "dispose", "input_digest_of",
+        "ReplayRequest", "Validated", "begin_attempt", "build_replay_input", "dispose",
+        "finish_attempt", "input_digest_of",
         "proof_outcome_id_of", "refusal_id_of", "refuse_malformed_attempt", "replay_attempt",
         "replay_contract", "replay_proofs", "requests_from_bundle", "result_id_of",
         "seal_proof_outcome", "validate",

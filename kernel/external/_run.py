@@ -40,7 +40,7 @@ import stat
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, final
+from typing import Final, assert_never, final
 
 import attrs
 
@@ -400,6 +400,8 @@ def _reason_for(role: str, status: ProcessStatus) -> Reason:
             return Reason.LAUNCH_FAILED
         case ProcessStatus.EXITED:
             return Reason.PRODUCER_FAILED if role == "producer" else Reason.CHECKER_FAILED
+        case _:
+            assert_never(status)
 
 
 def launch(

@@ -22,16 +22,18 @@ from kernel.replay._inputs import build_replay_input, requests_from_bundle
 from kernel.replay._machine import (
     ContractClosed,
     ProofsReplayed,
-    ReasonCode,
     ReplayMisuseError,
     Validated,
+    begin_attempt,
     dispose,
+    finish_attempt,
     refuse_malformed_attempt,
     replay_attempt,
     replay_contract,
     replay_proofs,
     validate,
 )
+from kernel.replay._reasons import DISPOSITION_OF, ReasonCode
 from kernel.replay._records import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
     ReplayAdapterInput,
@@ -48,6 +50,7 @@ from kernel.replay._records import (
 
 __all__ = [
     "CONTRACT_PROOF_REPLAY_POLICY_VERSION",
+    "DISPOSITION_OF",
     "AuthorityManifest",
     "ContractAuthority",
     "ContractClosed",
@@ -69,8 +72,10 @@ __all__ = [
     "ReplayMisuseError",
     "ReplayRequest",
     "Validated",
+    "begin_attempt",
     "build_replay_input",
     "dispose",
+    "finish_attempt",
     "input_digest_of",
     "proof_outcome_id_of",
     "refusal_id_of",

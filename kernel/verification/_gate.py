@@ -28,7 +28,7 @@ Checks, in order (first failure wins; each is one ``GateReason``):
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, assert_never, final
 
 import attrs
 
@@ -98,6 +98,8 @@ def _check(
             return GateReason.DIAGNOSTIC_AUTHORITY, "a diagnostic receipt never passes a gate"
         case Authority.ASSURANCE:
             pass
+        case _:
+            assert_never(receipt.authority)
     producer = receipt.produced_by
     if producer.role is not Role.TEST_ENGINEER or producer.session == current.author_session:
         return (
@@ -138,6 +140,8 @@ def _check(
             return GateReason.STATUS_INCONCLUSIVE, "INCONCLUSIVE never passes a gate"
         case Status.VERIFIED | Status.REFUTED:
             pass
+        case _:
+            assert_never(receipt.status)
     if receipt.status is not request.expected_result:
         return (
             GateReason.STATUS_MISMATCH,
