@@ -24,17 +24,16 @@ FORBIDDEN_FIELDS = {
 def test_public_api_exports_are_exact() -> None:
     assert api.__all__ == [
         "CONTRACT_PROOF_REPLAY_POLICY_VERSION", "DISPOSITION_OF", "AuthorityManifest",
-        "ContractAuthority",
-        "ContractClosed", "NoProofObligationsApplicable", "ProofAuthority", "ProofContext",
-        "ProofEvidence",
-        "ProofObligations", "ProofOutcome", "ProofStatus", "ProofsReplayed", "ReasonCode",
-        "ReplayAdapterInput", "ReplayAdapterOutcome", "ReplayAdapterRefusal",
-        "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition", "ReplayMisuseError",
-        "ReplayRequest", "Validated", "begin_attempt", "build_replay_input", "dispose",
-        "finish_attempt", "input_digest_of",
-        "proof_outcome_id_of", "refusal_id_of", "refuse_malformed_attempt", "replay_attempt",
-        "replay_contract", "replay_proofs", "requests_from_bundle", "result_id_of",
-        "seal_proof_outcome", "validate",
+        "ContractAuthority", "ContractClosed", "NoProofObligationsApplicable", "ProofAuthority",
+        "ProofContext", "ProofEvidence", "ProofObligations", "ProofOutcome", "ProofStatus",
+        "ProofsReplayed", "ReasonCode", "ReplayAdapterInput", "ReplayAdapterOutcome",
+        "ReplayAdapterRefusal", "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition",
+        "ReplayMisuseError", "ReplayRequest", "RunFacts", "Validated", "begin_attempt",
+        "build_replay_input", "dispose", "examine_run", "facts_for", "finish_attempt",
+        "input_digest_of", "proof_outcome_id_of", "refusal_id_of", "refuse_malformed_attempt",
+        "replay_attempt", "replay_attempts", "replay_bundle_attempts", "replay_contract",
+        "replay_proofs", "requests_from_bundle", "result_id_of", "seal_proof_outcome",
+        "validate",
     ]
     assert all(hasattr(api, name) for name in api.__all__)
 

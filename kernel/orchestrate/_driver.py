@@ -57,7 +57,9 @@ from kernel.replay import (
     ReplayAdapterResult,
     ReplayBundle,
     ReplayRequest,
+    RunFacts,
     begin_attempt,
+    facts_for,
     finish_attempt,
     requests_from_bundle,
 )
@@ -185,8 +187,12 @@ def replay_requests(
     staged: list[ContractClosed | ReplayAdapterOutcome] = []
     gathered: dict[int, _Gathered] = {}
     pending: dict[Future[_Gathered], int] = {}
+    # The run's facts are computed once per run object and passed to each of
+    # its attempts (linear in the run's size; ADR 0011), never memoised by value.
+    facts: RunFacts | None = None
     for index, request in enumerate(requests):
-        stage = begin_attempt(request, manifest)
+        facts = facts_for(request, facts)
+        stage = begin_attempt(request, manifest, facts=facts)
         staged.append(stage)
         if not isinstance(stage, ContractClosed):
             advance()

@@ -18,7 +18,8 @@ from kernel.replay._authority import (
     proof_outcome_id_of,
     seal_proof_outcome,
 )
-from kernel.replay._inputs import build_replay_input, requests_from_bundle
+from kernel.replay._facts import RunFacts, examine_run, facts_for
+from kernel.replay._inputs import build_replay_input, replay_bundle_attempts, requests_from_bundle
 from kernel.replay._machine import (
     ContractClosed,
     ProofsReplayed,
@@ -29,6 +30,7 @@ from kernel.replay._machine import (
     finish_attempt,
     refuse_malformed_attempt,
     replay_attempt,
+    replay_attempts,
     replay_contract,
     replay_proofs,
     validate,
@@ -71,16 +73,21 @@ __all__ = [
     "ReplayDisposition",
     "ReplayMisuseError",
     "ReplayRequest",
+    "RunFacts",
     "Validated",
     "begin_attempt",
     "build_replay_input",
     "dispose",
+    "examine_run",
+    "facts_for",
     "finish_attempt",
     "input_digest_of",
     "proof_outcome_id_of",
     "refusal_id_of",
     "refuse_malformed_attempt",
     "replay_attempt",
+    "replay_attempts",
+    "replay_bundle_attempts",
     "replay_contract",
     "replay_proofs",
     "requests_from_bundle",

@@ -30,7 +30,13 @@ from kernel.replay._authority import (
     ProofAuthority,
     ProofObligations,
 )
-from kernel.replay._facts import RunFacts, canonical_payloads, examine_run, validate_deep
+from kernel.replay._facts import (
+    RunFacts,
+    canonical_payloads,
+    examine_run,
+    facts_apply,
+    validate_deep,
+)
 from kernel.replay._reasons import ReasonCode, Rejection
 from kernel.replay._records import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
@@ -120,8 +126,12 @@ class Examined:
 # --- §16 "malformed input": structure, before any identity is read -------------
 
 
-def well_formed(request: object) -> Examined | Rejection:
-    """§16 malformed input, §6 item 14: exact types, valid records, canonical domain."""
+def well_formed(request: object, facts: RunFacts | None = None) -> Examined | Rejection:
+    """§16 malformed input, §6 item 14: exact types, valid records, canonical domain.
+
+    ``facts`` are used only when ``examine_run`` built them for this very run
+    object; otherwise the run is examined here.
+    """
     # Exactly the type: a subclass could answer each field read differently.
     if type(request) is not ReplayRequest:
         return Rejection(
@@ -144,7 +154,9 @@ def well_formed(request: object) -> Examined | Rejection:
         )
     # Records are validated on construction; re-run the validators in case a
     # frozen value was altered behind attrs' back (object.__setattr__).
-    run_facts = examine_run(request.run)
+    run_facts = facts if facts_apply(facts, request.run) else None
+    if run_facts is None:
+        run_facts = examine_run(request.run)
     if run_facts.structure_error is not None:
         return Rejection(R.RECORD_STRUCTURE_INVALID, run_facts.structure_error)
     try:
@@ -288,23 +300,29 @@ def reconstruct_candidate(subject: Examined) -> ProblemFrame | Rejection:
             R.ORIGINAL_FRAME_MISMATCH,
             "reconstruction does not bind back to the original problem frame",
         )
+    # Exactly one of frame and delta: ``well_formed`` re-ran the record's own
+    # invariant, so both or neither never reach this guard.
     frame: ProblemFrame
-    if rec.candidate_problem_frame is not None:
-        frame = rec.candidate_problem_frame
+    candidate, delta = rec.candidate_problem_frame, rec.frame_delta
+    if candidate is not None and delta is None:
+        frame = candidate
         if rec.candidate_problem_frame_digest != frame_digest(frame):
             return Rejection(
                 R.CANDIDATE_FRAME_DIGEST_MISMATCH,
                 "candidate_problem_frame_digest does not reproduce",
             )
-    else:
-        delta = rec.frame_delta
-        assert delta is not None  # the constructor guarantees exactly one
+    elif delta is not None and candidate is None:
         if rec.frame_delta_digest != delta_digest(delta):
             return Rejection(R.FRAME_DELTA_DIGEST_MISMATCH, "frame_delta_digest does not reproduce")
         applied = apply_delta(original, delta)
         if isinstance(applied, DeltaRefusal):
             return Rejection(R.FRAME_DELTA_DOES_NOT_RECONSTRUCT, applied.detail)
         frame = applied
+    else:  # pragma: no cover - well_formed refuses it first (RECORD_STRUCTURE_INVALID)
+        return Rejection(
+            R.RECORD_STRUCTURE_INVALID,
+            "exactly one of candidate_problem_frame and frame_delta is required",
+        )
     if frame.source_text != original.source_text:
         return Rejection(R.CANDIDATE_SOURCE_TEXT_ALTERED, "the candidate alters the source text")
     if (rec.candidate_bindings, rec.candidate_relations, rec.candidate_targets) != (

@@ -42,7 +42,7 @@ This module is the only one that builds states, results and refusals.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, assert_never, final
 
 import attrs
@@ -61,6 +61,7 @@ from kernel.replay._authority import (
     ProofOutcome,
     ProofStatus,
 )
+from kernel.replay._facts import RunFacts, facts_for
 from kernel.replay._guards import SUPPORTED_UPSTREAM_POLICIES, Examined
 from kernel.replay._reasons import ReasonCode, Rejection
 from kernel.replay._records import (
@@ -87,6 +88,7 @@ __all__ = [
     "finish_attempt",
     "refuse_malformed_attempt",
     "replay_attempt",
+    "replay_attempts",
     "replay_contract",
     "replay_proofs",
     "validate",
@@ -246,9 +248,16 @@ def _chain(subject: Examined) -> ProblemFrame | Rejection:
     return frame
 
 
-def validate(request: object, manifest: AuthorityManifest) -> Validated | ReplayAdapterRefusal:
-    """Run every §6 check in order; the first failure is the refusal. Calls no authority."""
-    subject = guard.well_formed(request)
+def validate(
+    request: object, manifest: AuthorityManifest, *, facts: RunFacts | None = None
+) -> Validated | ReplayAdapterRefusal:
+    """Run every §6 check in order; the first failure is the refusal. Calls no authority.
+
+    ``facts`` (from ``examine_run`` over this request's run object) spare the
+    O(run) examination; facts of another run or not built by ``examine_run``
+    are ignored.
+    """
+    subject = guard.well_formed(request, facts)
     if isinstance(subject, Rejection):
         return _refusal(subject)
     frame = _chain(subject)
@@ -375,15 +384,15 @@ def dispose(state: ProofsReplayed) -> ReplayAdapterResult:
 
 
 def begin_attempt(
-    request: object, manifest: AuthorityManifest
+    request: object, manifest: AuthorityManifest, *, facts: RunFacts | None = None
 ) -> ContractClosed | ReplayAdapterOutcome:
     """First half-step: ``validate`` then ``replay_contract``.
 
     Returns ``ContractClosed`` when proofs are to be replayed (gather their
     evidence, then call ``finish_attempt``), or the attempt's final outcome.
-    Never raises for bad input.
+    ``facts`` as for ``validate``. Never raises for bad input.
     """
-    validated = validate(request, manifest)
+    validated = validate(request, manifest, facts=facts)
     match validated:
         case ReplayAdapterRefusal():
             return validated
@@ -408,13 +417,18 @@ def finish_attempt(
 
 
 def replay_attempt(
-    request: object, manifest: AuthorityManifest, evidence: Sequence[ProofEvidence] = ()
+    request: object,
+    manifest: AuthorityManifest,
+    evidence: Sequence[ProofEvidence] = (),
+    *,
+    facts: RunFacts | None = None,
 ) -> ReplayAdapterOutcome:
     """Classify one candidate attempt: a ReplayAdapterResult or a ReplayAdapterRefusal.
 
     Never raises for bad input; every defect is a typed refusal (ADR-0229 §16).
+    ``facts`` as for ``validate`` (see ``replay_attempts`` for a whole batch).
     """
-    begun = begin_attempt(request, manifest)
+    begun = begin_attempt(request, manifest, facts=facts)
     match begun:
         case ContractClosed():
             return finish_attempt(begun, evidence)
@@ -422,3 +436,19 @@ def replay_attempt(
             return begun
         case _:
             assert_never(begun)
+
+
+def replay_attempts(
+    requests: Iterable[object], manifest: AuthorityManifest
+) -> Iterator[ReplayAdapterOutcome]:
+    """Classify each request in the order given, streaming one outcome per request.
+
+    The batch form of ``replay_attempt`` with no evidence: consecutive requests
+    that share one run object share one ``examine_run``, so a run of n
+    attempts costs O(run + n), not O(run x n). Outcomes equal
+    ``replay_attempt`` request by request; nothing is compared across attempts.
+    """
+    facts: RunFacts | None = None
+    for request in requests:
+        facts = facts_for(request, facts)
+        yield replay_attempt(request, manifest, facts=facts)

@@ -48,7 +48,9 @@ def contract_outcome_of(
         )
     try:
         validate_deep(outcome)
-        check_domain(outcome.payload())
+        # The explanation is outside the identity but may be quoted in the
+        # sealed outcome: it too must lie in the domain (no lone surrogate).
+        check_domain([outcome.payload(), outcome.explanation])
     except (TypeError, ValueError) as exc:  # IdentityError is a ValueError
         return Rejection(R.CONTRACT_OUTCOME_MALFORMED, str(exc))
     if outcome.candidate_organ != organ:
@@ -120,7 +122,9 @@ def proof_outcome_of(
         )
     try:
         validate_deep(outcome)
-        check_domain(outcome.payload())
+        # The explanation is outside the identity but may be quoted in the
+        # sealed outcome: it too must lie in the domain (no lone surrogate).
+        check_domain([outcome.payload(), outcome.explanation])
     except (TypeError, ValueError) as exc:  # IdentityError is a ValueError
         return Rejection(R.PROOF_OUTCOME_MALFORMED, str(exc))
     if not (outcome.obligation_ref == ref and outcome.candidate_digest == candidate_digest):
