@@ -68,7 +68,7 @@ def test_record_fields_are_exactly_section_6_and_7() -> None:
     ]
     assert list(attrs.fields_dict(ReplayAdapterRefusal)) == [
         "replay_refusal_id", "replay_policy_version", "input_digest", "run_id", "attempt_id",
-        "candidate_digest", "replay_disposition", "reason_codes", "explanation",
+        "attempt_index", "candidate_digest", "replay_disposition", "reason_codes", "explanation",
     ]
     for record in (ReplayAdapterResult, ReplayAdapterRefusal):
         assert FORBIDDEN_FIELDS.isdisjoint(f.lower() for f in attrs.fields_dict(record))
@@ -87,7 +87,7 @@ def test_each_output_type_accepts_only_its_half_of_the_vocabulary(
         return ReplayAdapterResult(h, "p", h, h, h, h, h, (), (), disposition, (), ())
 
     def make_refusal() -> object:
-        return ReplayAdapterRefusal(h, "p", None, None, None, None, disposition, ())
+        return ReplayAdapterRefusal(h, "p", None, None, None, None, None, disposition, ())
 
     if is_result:
         make_result()
@@ -101,7 +101,7 @@ def test_each_output_type_accepts_only_its_half_of_the_vocabulary(
 
 def test_records_are_frozen() -> None:
     h = "0" * 64
-    refusal = ReplayAdapterRefusal(h, "p", None, None, None, None,
+    refusal = ReplayAdapterRefusal(h, "p", None, None, None, None, None,
                                    ReplayDisposition.INVALID_REPLAY_INPUT, ())
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         refusal.reason_codes = ("x",)  # type: ignore[misc]

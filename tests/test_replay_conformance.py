@@ -367,3 +367,30 @@ def test_integer_limits_do_not_depend_on_the_interpreters_setting() -> None:
                      9000: "integer_too_large"}
     assert results[6] == results[7]  # fast path and reference agree
     assert results[8] == 1
+
+
+# --- distinct ids for distinct early refusals (issue 11.4) ----------------------
+
+
+def test_early_refusals_of_different_attempts_have_different_ids() -> None:
+    chain = toy_chain(CLOSING, CLOSING, CLOSING)
+    requests = requests_from_bundle(bundle_for(chain, MANIFEST))
+    refusals: list[ReplayAdapterRefusal] = []
+    for request in requests:
+        forged = _copy(request)
+        _set(forged, reconstruction=_copy(request.reconstruction))
+        _set(forged.reconstruction, operator_id="op.other")  # same early defect for each
+        refusal = replay_attempt(forged, MANIFEST)
+        _refused(refusal, D.CANDIDATE_IDENTITY_MISMATCH, "reconstruction_digest_mismatch")
+        assert isinstance(refusal, ReplayAdapterRefusal)
+        refusals.append(refusal)
+    for index, refusal in enumerate(refusals):
+        assert (refusal.attempt_id, refusal.attempt_index) == (None, index)
+        assert refusal.replay_refusal_id == reference.refusal_id(refusal)
+    assert len({r.replay_refusal_id for r in refusals}) == len(refusals)
+
+
+def test_malformed_attempts_at_different_positions_have_different_ids() -> None:
+    first, second = refuse_malformed_attempt(0, "x"), refuse_malformed_attempt(1, "x")
+    assert (first.attempt_index, second.attempt_index) == (0, 1)
+    assert first.replay_refusal_id != second.replay_refusal_id

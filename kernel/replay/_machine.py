@@ -31,7 +31,8 @@ This module is the only one that builds states, results and refusals.
 - A guard names a ``ReasonCode``; ``DISPOSITION_OF`` names its disposition.
 - Identities are populated on a refusal only once the whole identity chain
   has been validated (§7.2: "without guessing"); earlier refusals carry
-  ``None``.
+  ``None`` and the attempt index the request states (ADR 0011), so early
+  refusals of different attempts never share an id.
 - The driver is two public half-steps: ``begin_attempt`` (validate, then
   contract replay) and ``finish_attempt`` (proof replay, then dispose).
   ``replay_attempt`` is one after the other; the orchestrator gathers
@@ -138,7 +139,12 @@ class ProofsReplayed:
 # --- output builders (the only place outcomes are made) -----------------------
 
 
-def _refusal(rejection: Rejection, bound: ReplayAdapterInput | None = None) -> ReplayAdapterRefusal:
+def _refusal(
+    rejection: Rejection,
+    bound: ReplayAdapterInput | None = None,
+    *,
+    attempt_index: int | None = None,
+) -> ReplayAdapterRefusal:
     disposition = rejection.disposition
     draft = ReplayAdapterRefusal(
         replay_refusal_id="0" * 64,
@@ -146,6 +152,7 @@ def _refusal(rejection: Rejection, bound: ReplayAdapterInput | None = None) -> R
         input_digest=bound.input_digest if bound else None,
         run_id=bound.run_id if bound else None,
         attempt_id=bound.attempt_id if bound else None,
+        attempt_index=bound.attempt_index if bound else attempt_index,
         candidate_digest=bound.candidate_digest if bound else None,
         replay_disposition=disposition,
         reason_codes=(rejection.code.value,),
@@ -199,7 +206,18 @@ def refuse_malformed_attempt(attempt_index: int, detail: str) -> ReplayAdapterRe
     if attempt_index < 0:
         raise ValueError(f"attempt_index must be >= 0, got {attempt_index}")
     safe = detail.encode("utf-8", "backslashreplace").decode("utf-8")
-    return _refusal(Rejection(ReasonCode.ATTEMPT_MALFORMED, f"attempt {attempt_index}: {safe}"))
+    return _refusal(
+        Rejection(ReasonCode.ATTEMPT_MALFORMED, f"attempt {attempt_index}: {safe}"),
+        attempt_index=attempt_index,
+    )
+
+
+def _addressed_index(request: object) -> int | None:
+    """The attempt index an unvalidated request states, read without trusting its types."""
+    if type(request) is not ReplayRequest or type(request.replay_input) is not ReplayAdapterInput:
+        return None
+    index: object = request.replay_input.attempt_index
+    return index if type(index) is int and index >= 0 else None
 
 
 # --- validate ------------------------------------------------------------------
@@ -259,10 +277,10 @@ def validate(
     """
     subject = guard.well_formed(request, facts)
     if isinstance(subject, Rejection):
-        return _refusal(subject)
+        return _refusal(subject, attempt_index=_addressed_index(request))
     frame = _chain(subject)
     if isinstance(frame, Rejection):
-        return _refusal(frame)
+        return _refusal(frame, attempt_index=_addressed_index(request))
     # From here on every identity in the input has been recomputed and may be
     # reported on the refusal.
     checked = subject.request
