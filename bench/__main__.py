@@ -20,6 +20,9 @@ from rich.table import Table
 
 from bench._cases import comparisons, load_corpus
 from bench._harness import Ratio, measure
+from bench._replay_split import comparison as split_comparison
+from bench._replay_split import hash_floor
+from bench._replay_split import summary as split_summary
 from bench._validate import census
 from bench._validate import comparison as validate_comparison
 
@@ -90,18 +93,27 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"[bold]replay-kernel benchmarks[/bold]: {facts}")
     corpus = load_corpus()
     found = census(corpus)
-    work = (*comparisons(corpus), validate_comparison(corpus, found))
+    floor = hash_floor(corpus)
+    work = (
+        *comparisons(corpus),
+        validate_comparison(corpus, found),
+        split_comparison(corpus, floor),
+    )
 
     table = Table(title="ratios: baseline time / variant time per round (> 1: variant faster)")
     for header in HEADERS:
         table.add_column(header, overflow="fold")
     rows: list[tuple[str, ...]] = []
     shares: list[Ratio] = []
+    split: dict[str, float] = {}
     for item in work:
         console.print(f"  measuring {item.group}: {item.case} ...", style="dim")
         ratios = measure(item, rounds=args.rounds, target_s=args.target_ms / 1000)
         if item.group.startswith("d:"):
             shares.extend(ratios)
+        if item.group.startswith("e:"):
+            split[item.baseline.label] = statistics.median(ratios[0].baseline_us)
+            split.update({r.variant.label: statistics.median(r.variant_us) for r in ratios})
         for ratio in ratios:
             row = (item.group, item.case, *_row(ratio))
             rows.append(row)
@@ -127,13 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     console.print("[bold]d: validate digest census[/bold]")
     for line in census_lines:
         console.print(f"  {line}")
+    split_lines = split_summary(floor, split)
+    console.print("[bold]e: replay split[/bold]")
+    for line in split_lines:
+        console.print(f"  {line}")
     if args.markdown:
         print()
         print(f"Machine: {facts}")
         print()
         print(_markdown(rows))
         print()
-        for line in census_lines:
+        for line in (*census_lines, *split_lines):
             print(f"- {line}")
     console.print(f"done in {time.perf_counter() - started:.0f} s", style="dim")
     return 0

@@ -193,6 +193,21 @@ def test_facts_of_another_run_object_are_ignored() -> None:
     _refused(outcome, D.INVALID_REPLAY_INPUT, "record_structure_invalid")
 
 
+def test_shared_record_facts_apply_only_to_the_very_object_examined() -> None:
+    honest = toy_chain(CLOSING)
+    request = _copy(request_for(honest, MANIFEST))
+    facts = examine_run(
+        honest.run,
+        shared=(honest.problem_frame, honest.assessment, honest.gate, honest.budget,
+                honest.residuals),
+    )
+    tampered = loads(dumps(honest.problem_frame), ProblemFrame)
+    _set(tampered.bindings[0], value=True)  # an equal-looking frame, not the one examined
+    _set(request, problem_frame=tampered)
+    outcome = replay_attempt(request, MANIFEST, facts=facts)
+    _refused(outcome, D.INVALID_REPLAY_INPUT, "record_structure_invalid")
+
+
 def test_batch_outcomes_equal_one_by_one_outcomes() -> None:
     chain = toy_chain(CLOSING, CONTRACT_REFUSING, CLOSING)
     bundle = bundle_for(chain, MANIFEST)

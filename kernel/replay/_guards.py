@@ -22,7 +22,6 @@ from typing import Final, assert_never, final
 import attrs
 
 from kernel.frames import DeltaRefusal, ProblemFrame, apply_delta, delta_digest, frame_digest
-from kernel.identity import IdentityError
 from kernel.replay._authority import (
     AuthorityManifest,
     ContractAuthority,
@@ -32,10 +31,8 @@ from kernel.replay._authority import (
 )
 from kernel.replay._facts import (
     RunFacts,
-    canonical_payloads,
     examine_run,
     facts_apply,
-    validate_deep,
 )
 from kernel.replay._reasons import ReasonCode, Rejection
 from kernel.replay._records import (
@@ -114,6 +111,9 @@ REQUEST_FIELDS: Final = (
 )
 
 
+_NOT_RUN: Final = tuple((name, kind) for name, kind in REQUEST_FIELDS if name != "run")
+
+
 @final
 @attrs.frozen
 class Examined:
@@ -159,26 +159,20 @@ def well_formed(request: object, facts: RunFacts | None = None) -> Examined | Re
         run_facts = examine_run(request.run)
     if run_facts.structure_error is not None:
         return Rejection(R.RECORD_STRUCTURE_INVALID, run_facts.structure_error)
-    try:
-        for name, _ in REQUEST_FIELDS:
-            if name != "run":
-                validate_deep(getattr(request, name))
-        for residual in request.residuals:
-            validate_deep(residual)
-    except (TypeError, ValueError) as exc:
-        return Rejection(R.RECORD_STRUCTURE_INVALID, str(exc))
+    # Records the batch shares were examined once with its facts (the very
+    # objects only); the attempt's own records are examined here.
+    records = [run_facts.record(getattr(request, name)) for name, _ in _NOT_RUN]
+    records.append(run_facts.record(request.residuals))
+    for examined in records:
+        if examined.structure_error is not None:
+            return Rejection(R.RECORD_STRUCTURE_INVALID, examined.structure_error)
     # Every record must lie in the identity domain (a str field may still hold
     # a lone surrogate when built in memory); later digests then cannot raise.
     if run_facts.canonical_error is not None:
         return Rejection(R.RECORD_NOT_CANONICAL, run_facts.canonical_error)
-    try:
-        for name, _ in REQUEST_FIELDS:
-            if name != "run":
-                canonical_payloads(getattr(request, name))
-        for residual in request.residuals:
-            canonical_payloads(residual)
-    except IdentityError as exc:
-        return Rejection(R.RECORD_NOT_CANONICAL, str(exc))
+    for examined in records:
+        if examined.canonical_error is not None:
+            return Rejection(R.RECORD_NOT_CANONICAL, examined.canonical_error)
     # §6 item 14: unique names in ascending order, none missing.
     names = [name for name, _ in request.replay_input.schema_versions]
     if names != sorted(set(names)):

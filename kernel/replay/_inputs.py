@@ -109,5 +109,9 @@ def replay_bundle_attempts(
     ``ValueError`` (before yielding anything) like ``requests_from_bundle``.
     """
     requests = requests_from_bundle(bundle)
-    facts = examine_run(bundle.chain.run)
+    chain = bundle.chain
+    facts = examine_run(
+        chain.run,
+        shared=(chain.problem_frame, chain.assessment, chain.gate, chain.budget, chain.residuals),
+    )
     return (replay_attempt(request, manifest, facts=facts) for request in requests)
