@@ -18,6 +18,11 @@ Rules (each violation is a ``SerdeError`` with a stable ``code`` and a path):
   (``schema_mismatch``); the message names the full path, the expected type
   and what was found (``expected int, found boolean true @ $.inputs[0].attempt_index``).
 
+Parsing reads with orjson and a strictness pass (``_parse_fast``) and falls
+back to the reference parser (``json.loads`` with strict hooks, then the
+domain check) on any doubt, so values and errors are always the reference's;
+``kernel.identity.set_fast_path(False)`` forces the reference (ADR 0011).
+
 Output is always ``kernel.identity.canonical_json`` of the unstructured value.
 """
 
@@ -31,6 +36,7 @@ from typing import Any, Final, TypeVar, cast, final, get_args, get_origin
 
 import attrs
 import cattrs
+import orjson
 from cattrs.cols import homogenous_tuple_structure_factory, is_sequence
 from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn
@@ -41,6 +47,7 @@ from kernel.identity import (
     JsonValue,
     canonical_json,
     check_domain,
+    fast_path_enabled,
     int_from_digits,
 )
 
@@ -91,8 +98,12 @@ class _Refused(Exception):
 def _max_depth(data: bytes) -> int:
     # Strings may contain brackets; strip them before counting. Runs before
     # json.loads so a hostile nesting depth never reaches the recursive parser.
+    return _depth_outside_strings(_STRING_LITERAL.sub(b"", data))
+
+
+def _depth_outside_strings(stripped: bytes) -> int:
     depth = deepest = 0
-    for match in _BRACKET.finditer(_STRING_LITERAL.sub(b"", data)):
+    for match in _BRACKET.finditer(stripped):
         if match.group() in (b"[", b"{"):
             depth += 1
             deepest = max(deepest, depth)
@@ -146,6 +157,10 @@ def parse_json(
         raise SerdeError(
             "document_too_large", "$", f"{len(data)} bytes exceeds the limit of {max_bytes}"
         )
+    if fast_path_enabled():
+        accepted = _parse_fast(data, max_depth)
+        if accepted is not _DOUBT:
+            return cast(JsonValue, accepted)
     try:
         text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
@@ -153,6 +168,74 @@ def parse_json(
     deepest = _max_depth(data)
     if deepest > max_depth:
         raise SerdeError("too_deep", "$", f"nesting depth {deepest} exceeds {max_depth}")
+    return _parse_reference(text)
+
+
+# orjson is the fast path (ADR 0011); what it accepts is returned only when a
+# strictness pass proves the reference parser would return the same value.
+_DOUBT: Final = object()
+
+
+def _parse_fast(data: bytes, max_depth: int) -> object:
+    """orjson's value when the reference would accept the document as is, else ``_DOUBT``.
+
+    orjson refuses what strict JSON refuses (bad UTF-8, a BOM, ``NaN``, lone
+    surrogate escapes, control characters, trailing commas, leading zeros;
+    nesting past 1,024) but silently keeps the last of duplicate keys, reads
+    floats, and reads integers past 64 bits as floats. So:
+
+    - one walk refuses to vouch for a float or a depth past ``max_depth``;
+    - colons are counted: in a valid document a raw ``:`` is a member
+      separator or sits in a string, where it decodes to one ``:``, as does a
+      ``\\u003a`` escape. orjson's compact output of the value has exactly one
+      ``:`` per kept member plus the decoded colons of kept strings, so with no
+      duplicate key ``raw colons == output colons - escaped colons``; a dropped
+      duplicate takes at least one separator with it and can only lower the
+      right side's share, so it never balances (the escape count, taken on
+      the raw bytes, can only over-count, which also never balances).
+
+    Any doubt goes to the reference parser, which owns every error.
+    ``tests/test_serde_fast.py`` holds the two equal over hostile documents.
+    """
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _DOUBT
+    if not _plain_within(value, max_depth):
+        return _DOUBT
+    escaped = data.count(b"\\u003a") + data.count(b"\\u003A")
+    if data.count(b":") != orjson.dumps(value).count(b":") - escaped:
+        return _DOUBT
+    return value
+
+
+def _plain_within(value: object, max_depth: int) -> bool:
+    """No float anywhere in orjson's ``value`` and no nesting past ``max_depth``."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            items: Any = cast("dict[str, object]", node).values()
+        elif kind is list:
+            items = node
+        else:
+            if kind is float:
+                return False
+            continue
+        if depth >= max_depth:
+            return False
+        for item in items:
+            inner = type(item)
+            if inner is dict or inner is list:
+                stack.append((item, depth + 1))
+            elif inner is float:
+                return False
+    return True
+
+
+def _parse_reference(text: str) -> JsonValue:
+    """The reference parser: ``json.loads`` with strict hooks, then the domain check."""
     try:
         try:
             value = _loads(text)
