@@ -3,6 +3,7 @@
     python -m bench                  # the full run recorded in BENCHMARKS.md
     python -m bench --rounds 7       # a quick look
     python -m bench --markdown       # also print the tables as Markdown
+    python -m bench --scale 1000 10000 100000   # only: CPU of replay batches by size
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rich.table import Table
 from bench._cases import comparisons, load_corpus
 from bench._harness import Ratio, measure
 from bench._replay_split import comparison as split_comparison
-from bench._replay_split import hash_floor
+from bench._replay_split import hash_floor, scaling
 from bench._replay_split import summary as split_summary
 from bench._validate import census
 from bench._validate import comparison as validate_comparison
@@ -78,7 +79,15 @@ def main(argv: list[str] | None = None) -> int:
         "--target-ms", type=float, default=40.0, help="time per variant per round (default 40)"
     )
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
+    parser.add_argument(
+        "--scale", type=int, nargs="+", metavar="N",
+        help="only measure CPU of replay batches of these sizes (linear: T ratio = size ratio)",
+    )
     args = parser.parse_args(argv)
+    if args.scale:
+        for line in scaling(tuple(args.scale)):
+            print(line)
+        return 0
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (quartiles need them)")
 

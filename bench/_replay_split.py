@@ -24,26 +24,29 @@ floor / variant, so replay's multiple of its floor is the inverse.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import kernel.identity as identity
-from bench._cases import Corpus
+from bench._cases import ROOT, Corpus
 from bench._harness import Comparison, Variant
 from kernel.identity import JsonValue, digest
-from kernel.organs import builtin_manifest
+from kernel.organs import BUILTIN_MANIFEST, assess, builtin_manifest
 from kernel.replay import (
     ContractClosed,
     ProofContext,
     ReplayBundle,
     Validated,
+    build_replay_input,
     examine_run,
     replay_bundle_attempts,
     replay_contract,
     validate,
 )
 from kernel.serde import loads
+from kernel.upstream import build_chain
 
 
 @dataclass(frozen=True)
@@ -153,3 +156,52 @@ def summary(floor: Floor, medians_us: dict[str, float]) -> list[str]:
 
 if __name__ == "__main__":  # pragma: no cover - use ``python -m bench``
     sys.exit("run: python -m bench")
+
+
+# --- linear batches (issue 10): CPU of one batch against its size ---------------
+
+
+def scaled_bundle(attempts: int) -> ReplayBundle:
+    """The shipped scenario's four honest candidates, cycled to ``attempts`` attempts."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import build_example_chain as example
+    finally:
+        sys.path.pop(0)
+
+    drafts = [example.CANDIDATES[i % 4] for i in range(attempts)]
+    chain = build_chain(
+        example.ORIGINAL, assess(example.ORIGINAL), drafts,
+        operator_set_id="arithmetic.repair_ops", operator_set_version="v1",
+    )
+    inputs = tuple(build_replay_input(chain, i, BUILTIN_MANIFEST) for i in range(attempts))
+    return ReplayBundle(chain, inputs)
+
+
+def batch_cpu_seconds(bundle: ReplayBundle) -> float:
+    """CPU seconds (this process) to classify every attempt of ``bundle`` in one batch."""
+    manifest = builtin_manifest()
+    started = time.process_time()
+    for _ in replay_bundle_attempts(bundle, manifest):
+        pass
+    return time.process_time() - started
+
+
+def scaling(sizes: tuple[int, ...]) -> list[str]:
+    """``T(n)`` per size, and each ratio to the previous size (linear: the size ratio)."""
+    lines: list[str] = []
+    previous: tuple[int, float] | None = None
+    for size in sizes:
+        seconds = batch_cpu_seconds(scaled_bundle(size))
+        line = (
+            f"replay batch of {size:,} attempts: {seconds:.2f} s CPU "
+            f"({seconds / size * 1e6:.0f} us each)"
+        )
+        if previous is not None:
+            line += (
+                f"; T({size:,})/T({previous[0]:,}) = {seconds / previous[1]:.1f} "
+                f"(size x{size / previous[0]:g})"
+            )
+        lines.append(line)
+        previous = (size, seconds)
+    return lines
