@@ -29,7 +29,7 @@ from typing import Any, Final, cast, final
 
 import attrs
 
-from kernel.frames import ProblemFrame, delta_digest, frame_digest
+from kernel.frames import ProblemFrame
 from kernel.identity import IdentityError, check_domain
 from kernel.replay._records import ReplayAdapterInput, ReplayRequest
 from kernel.upstream import (
@@ -41,7 +41,6 @@ from kernel.upstream import (
     GeometricSearchRun,
     SearchGateDecision,
     attempt_id_of,
-    reconstruction_digest_of,
     run_id_of,
 )
 
@@ -163,15 +162,19 @@ def validate_deep(value: object) -> None:
 
 
 def canonical_payloads(record: object) -> None:
-    """Raise ``IdentityError`` unless every payload ``record`` digests lies in the domain."""
+    """Raise ``IdentityError`` unless every payload ``record`` digests lies in the domain.
+
+    The domain check alone (no encoding, no hash): it raises exactly what the
+    digest of the same payload would, and the digests follow in the guards.
+    """
     if isinstance(record, ProblemFrame):
-        frame_digest(record)
+        check_domain(record.payload())
     elif isinstance(record, CandidateReconstruction):
-        reconstruction_digest_of(record)
+        check_domain(record.payload())
         if record.candidate_problem_frame is not None:
-            frame_digest(record.candidate_problem_frame)
+            check_domain(record.candidate_problem_frame.payload())
         if record.frame_delta is not None:
-            delta_digest(record.frame_delta)
+            check_domain(record.frame_delta.payload())
     elif isinstance(
         record,
         ReplayAdapterInput
