@@ -4,6 +4,7 @@
     python -m bench --rounds 7       # a quick look
     python -m bench --markdown       # also print the tables as Markdown
     python -m bench --scale 1000 10000 100000   # only: CPU of replay batches by size
+    python -m bench --scale 10000 100000 --frozen   # the same, bundle frozen from the GC
 """
 
 from __future__ import annotations
@@ -83,9 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         "--scale", type=int, nargs="+", metavar="N",
         help="only measure CPU of replay batches of these sizes (linear: T ratio = size ratio)",
     )
+    parser.add_argument(
+        "--frozen", action="store_true", help="with --scale: gc.freeze() the built bundle first"
+    )
     args = parser.parse_args(argv)
     if args.scale:
-        for line in scaling(tuple(args.scale)):
+        for line in scaling(tuple(args.scale), frozen=args.frozen):
             print(line)
         return 0
     if args.rounds < 3:

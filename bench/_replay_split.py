@@ -23,6 +23,7 @@ floor / variant, so replay's multiple of its floor is the inverse.
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from collections.abc import Iterator
@@ -178,21 +179,33 @@ def scaled_bundle(attempts: int) -> ReplayBundle:
     return ReplayBundle(chain, inputs)
 
 
-def batch_cpu_seconds(bundle: ReplayBundle) -> float:
-    """CPU seconds (this process) to classify every attempt of ``bundle`` in one batch."""
+def batch_cpu_seconds(bundle: ReplayBundle, *, frozen: bool = False) -> float:
+    """CPU seconds (this process) to classify every attempt of ``bundle`` in one batch.
+
+    ``frozen`` moves the loaded bundle out of the cyclic GC's sight first
+    (``gc.freeze``), as a command may after reading it: the collector's full
+    passes otherwise rescan the whole bundle, a cost that grows with it.
+    """
     manifest = builtin_manifest()
-    started = time.process_time()
-    for _ in replay_bundle_attempts(bundle, manifest):
-        pass
-    return time.process_time() - started
+    if frozen:
+        gc.collect()
+        gc.freeze()
+    try:
+        started = time.process_time()
+        for _ in replay_bundle_attempts(bundle, manifest):
+            pass
+        return time.process_time() - started
+    finally:
+        if frozen:
+            gc.unfreeze()
 
 
-def scaling(sizes: tuple[int, ...]) -> list[str]:
+def scaling(sizes: tuple[int, ...], *, frozen: bool = False) -> list[str]:
     """``T(n)`` per size, and each ratio to the previous size (linear: the size ratio)."""
-    lines: list[str] = []
+    lines: list[str] = [f"gc.freeze() after building each bundle: {frozen}"]
     previous: tuple[int, float] | None = None
     for size in sizes:
-        seconds = batch_cpu_seconds(scaled_bundle(size))
+        seconds = batch_cpu_seconds(scaled_bundle(size), frozen=frozen)
         line = (
             f"replay batch of {size:,} attempts: {seconds:.2f} s CPU "
             f"({seconds / size * 1e6:.0f} us each)"
