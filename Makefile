@@ -33,11 +33,15 @@ demo: $(STAMP)  ## the reference scenario and the main job (kernel run), end to 
 	$(BIN)/python examples/build_example_chain.py --check
 	$(BIN)/kernel digest examples/replay/chain.json
 	mkdir -p out
-	$(BIN)/kernel replay examples/replay/bundle.json --out out/outcomes.jsonl
+	# Each example holds one tampered attempt on purpose: the verdict is
+	# integrity (exit 3, README "Exit codes"); any other exit fails the demo.
+	$(BIN)/kernel replay examples/replay/bundle.json --out out/outcomes.jsonl; \
+	  test $$? -eq 3
 	@echo "outcomes (JSON Lines, run order): out/outcomes.jsonl"
 	$(BIN)/python examples/build_e2e_bundle.py --check
 	rm -rf runs/e2e  # kernel run refuses a non-empty work directory: start fresh
-	$(BIN)/kernel run examples/e2e/bundle.json --work-dir runs/e2e --out out/e2e-outcomes.jsonl
+	$(BIN)/kernel run examples/e2e/bundle.json --work-dir runs/e2e --out out/e2e-outcomes.jsonl; \
+	  test $$? -eq 3
 	@echo "main job outcomes (JSON Lines, run order): out/e2e-outcomes.jsonl; certification runs: runs/e2e/"
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep")
