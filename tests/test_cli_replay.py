@@ -35,13 +35,13 @@ def test_digest_reproduces_every_id_of_the_example_chain() -> None:
     assert len(rows) > 20 and all(row["ok"] for row in rows)
 
 
-def test_digest_reports_a_forged_id_with_exit_1(tmp_path: Path) -> None:
+def test_digest_reports_a_forged_id_with_exit_3(tmp_path: Path) -> None:
     doc = json.loads((EXAMPLES / "chain.json").read_text())
     doc["gate"]["gate_decision_id"] = "0" * 64
     forged = tmp_path / "chain.json"
     forged.write_text(json.dumps(doc))
     result = runner.invoke(app, ["digest", str(forged)])
-    assert result.exit_code == 1
+    assert result.exit_code == 3  # integrity
     assert "MISMATCH" in result.stdout and " gate" in result.stdout
 
 
