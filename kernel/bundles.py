@@ -312,9 +312,10 @@ def document_attempts(bundle: ReplayBundle) -> Iterator[ReadyAttempt]:
 
 
 def _invalid_input(detail: str) -> ReplayAdapterRefusal:
-    # TODO(lead): CORE adds a pure builder in kernel.replay for this refusal
-    # (ARCHITECTURE: only kernel/replay/_machine.py builds outcomes); switch to
-    # it once it lands on main. Built here with the public records meanwhile,
+    # TODO(lead): CORE adds kernel.replay.refuse_malformed_attempt(index, detail)
+    # (reason code attempt_malformed; ARCHITECTURE: only kernel/replay/_machine.py
+    # builds outcomes); call it here once it lands on main, and drop this
+    # builder. Built here with the public records meanwhile,
     # exactly as the machine builds an early refusal: no identity is
     # populated, because none has been validated (ADR-0229 §7.2).
     disposition = ReplayDisposition.INVALID_REPLAY_INPUT
@@ -349,6 +350,11 @@ class BundleStreamReader:
         self._run_attempts: list[CandidateAttempt] = []
         self._run: GeometricSearchRun | None = None
         self._next_attempt = 0
+
+    @property
+    def run(self) -> GeometricSearchRun | None:
+        """The whole run, once its last run line has been read."""
+        return self._run
 
     @property
     def run_ready(self) -> bool:
@@ -402,10 +408,14 @@ class BundleStreamReader:
     def _feed(self, line: bytes) -> ReadyAttempt | RefusedAttempt | None:
         header = self._header
         if header is None:
-            head = self._parse(line, _HeaderLine)
-            if head.format != BUNDLE_STREAM_FORMAT:
+            value = parse_json(
+                line, max_bytes=self._limits.line_bytes, max_depth=self._limits.depth
+            )
+            stated = value.get("format") if isinstance(value, dict) else None
+            if stated != BUNDLE_STREAM_FORMAT:  # before the schema: say what is unsupported
                 raise SerdeError("unsupported_bundle_format", "$.format",
-                                 f"{head.format!r} is not {BUNDLE_STREAM_FORMAT!r}")
+                                 f"{stated!r} is not {BUNDLE_STREAM_FORMAT!r}")
+            head = structure(value, _HeaderLine)
             self._line += 1
             self._header = head.header
             self._complete_run_if_due()

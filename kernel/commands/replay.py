@@ -106,6 +106,10 @@ def register(app: typer.Typer) -> None:
         classes = fail_on_classes(fail_on)
         total, _, attempts = open_bundle(bundle_path)
         manifest = builtin_manifest()
+        # TODO(lead): when CORE's examine_run / replay_attempt(..., facts=) land on
+        # main, examine the run once here (the stream reader's run, or the
+        # document's) and pass facts= to every replay_attempt: without it each
+        # attempt re-hashes the whole run (quadratic; issue 10 deliverable 1).
         with Emitter(out=out, output_format=chosen, quiet=quiet, verbose=verbose,
                      fail_on=classes, total=total, label="replaying") as emitter:
             try:
