@@ -358,7 +358,6 @@ def register(app: typer.Typer) -> None:
         logger = logging.getLogger("kernel.orchestrate")
         # --quiet still needs a handler, or logging's last resort prints the notes.
         handler = logging.NullHandler() if quiet else _NoteHandler(logging.WARNING)
-        done = len(recorded)
         code = 0
         with ExitStack() as stack:
             try:
@@ -405,13 +404,16 @@ def register(app: typer.Typer) -> None:
                             log.write(b"".join(lines))
                             log.flush()
                             os.fsync(log.fileno())
-                            done += len(chunk)
                     except BundleStreamError as exc:
                         stream_error(bundle_path, exc)
                     code = emitter.finish()
             except KeyboardInterrupt as exc:
                 terminated = isinstance(exc, _Terminated)
                 name = "SIGTERM" if terminated else "SIGINT"
+                # What --resume will keep: the complete lines on disk (the signal
+                # may have come between a chunk's write and the count).
+                log.flush()
+                done = (root / OUTCOMES_FILE).read_bytes().count(b"\n")
                 (root / INTERRUPTED_FILE).write_text(
                     json.dumps({"signal": name, "outcomes_recorded": done}) + "\n")
                 typer.echo(f"error: interrupted: {name} after {done} of {total} attempts; "
