@@ -20,6 +20,7 @@ from rich.table import Table
 
 from bench._cases import comparisons, load_corpus
 from bench._harness import Ratio, measure
+from bench._startup import comparisons as startup_comparisons
 from bench._validate import census
 from bench._validate import comparison as validate_comparison
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"[bold]replay-kernel benchmarks[/bold]: {facts}")
     corpus = load_corpus()
     found = census(corpus)
-    work = (*comparisons(corpus), validate_comparison(corpus, found))
+    work = (*comparisons(corpus), validate_comparison(corpus, found), *startup_comparisons())
 
     table = Table(title="ratios: baseline time / variant time per round (> 1: variant faster)")
     for header in HEADERS:
