@@ -50,8 +50,8 @@ _HELP: Final = (
     "Exit codes: 0 intact and the policy holds; 1 negative verdict (--fail-on, BLOCKED); "
     "2 usage error or input refused at the boundary; 3 integrity (the input is not what "
     "was recorded); 130/143 interrupted (SIGINT/SIGTERM).\n\n"
-    "Shell completion: eval \"$(_KERNEL_COMPLETE=bash_source kernel)\" (zsh_source, "
-    "fish_source for those shells)."
+    "Shell completion: kernel --install-completion, or kernel --show-completion SHELL "
+    "(bash, zsh, fish, powershell) to print the script."
 )
 _VERSION_FLAGS: Final = (["--version"], ["-V"])
 
@@ -140,7 +140,7 @@ def _build_app() -> typer.Typer:
         help=_HELP,
         cls=LazyGroup,
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|...]
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
