@@ -69,5 +69,12 @@ examples-external: $(STAMP)  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -
 # Side-by-side benchmarks (bench/): variants interleaved over many rounds,
 # reported as ratios with their spread; results are kept in BENCHMARKS.md.
 .PHONY: bench
-bench: $(STAMP)  ## interleaved benchmarks: canonical_json, strict parse, replay (ratios, ~1-2 min)
+bench: $(STAMP)  ## interleaved benchmarks: canonical_json, strict parse, replay, start-up (ratios, ~1-2 min)
 	$(BIN)/python -m bench
+
+# Runs of any size through the command line (bench/_stream.py): kernel bundle
+# --layout stream, then kernel replay, per size; CPU, peak RSS, ratios.
+SCALE_SIZES ?= 1000 10000 100000
+.PHONY: scale
+scale: $(STAMP)  ## kernel bundle + kernel replay on bundle streams of SCALE_SIZES attempts
+	$(BIN)/python -m bench._stream $(SCALE_SIZES)
