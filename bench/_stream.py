@@ -1,7 +1,7 @@
 """Runs of any size through the command line: `kernel bundle`, then `kernel replay`.
 
-For each size N, a search draft of N candidates (the shipped draft's four,
-repeated) is sealed into a bundle stream by ``kernel bundle --layout stream``
+For each size N, a search draft stream of N candidates (the shipped draft's
+four, repeated) is sealed into a bundle stream by ``kernel bundle --layout stream``
 and classified by ``kernel replay``, each a fresh process. Reported per
 step: wall time, CPU (user + system, from ``wait4``) and peak RSS of that
 process, and the ratio of CPU between consecutive sizes (linear: the size
@@ -26,11 +26,14 @@ KERNEL = Path(sys.executable).with_name("kernel")
 
 
 def _draft(directory: Path, attempts: int) -> Path:
+    """A draft stream (one candidate a line: a 100k draft is larger than one document may be)."""
     doc = json.loads(DRAFT.read_text(encoding="utf-8"))
-    shipped = doc["candidates"]
-    doc["candidates"] = [shipped[i % len(shipped)] for i in range(attempts)]
-    path = directory / f"draft-{attempts}.json"
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    shipped = [json.dumps(c, sort_keys=True) for c in doc.pop("candidates")]
+    path = directory / f"draft-{attempts}.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        out.write(json.dumps({"format": "replay-kernel.draft-stream.v1", "header": doc}) + "\n")
+        for i in range(attempts):
+            out.write(shipped[i % len(shipped)] + "\n")
     return path
 
 

@@ -32,13 +32,13 @@ Everything here is pure: no files, no clock; the commands do the I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Final, TypeVar, final
 
 import attrs
 
 from kernel._values import DIGEST, NAME, NON_NEGATIVE_INT, tuple_of
-from kernel.drafts import SearchDraft
+from kernel.drafts import DraftCandidate, SearchDraft
 from kernel.frames import ProblemFrame
 from kernel.identity import JsonValue, canonical_json
 from kernel.replay import (
@@ -79,11 +79,13 @@ from kernel.upstream import (
 __all__ = [
     "BUNDLE_LIMITS",
     "BUNDLE_STREAM_FORMAT",
+    "DRAFT_STREAM_FORMAT",
     "BundleLimitError",
     "BundleLimits",
     "BundleSealError",
     "BundleStreamError",
     "BundleStreamReader",
+    "DraftHeader",
     "ReadyAttempt",
     "RefusedAttempt",
     "StreamAttempt",
@@ -91,13 +93,16 @@ __all__ = [
     "StreamRun",
     "bundle_document",
     "bundle_stream_lines",
+    "draft_stream_lines",
     "document_attempts",
     "is_stream_header",
     "outcome_line",
+    "read_draft_stream",
     "seal_bundle",
 ]
 
 BUNDLE_STREAM_FORMAT: Final = "replay-kernel.bundle-stream.v1"
+DRAFT_STREAM_FORMAT: Final = "replay-kernel.draft-stream.v1"
 _T = TypeVar("_T")
 
 
@@ -527,3 +532,70 @@ def seal_bundle(draft: SearchDraft, manifest: AuthorityManifest) -> ReplayBundle
     inputs = tuple(build_replay_input(chain, i, manifest)
                    for i in range(len(chain.run.candidate_attempts)))
     return ReplayBundle(chain, inputs)
+
+
+# --- draft streams (what ``kernel bundle`` reads for runs of any size) -------------------
+
+
+@final
+@attrs.frozen
+class DraftHeader:
+    """A draft without its candidates (they follow, one a line)."""
+
+    problem_frame: ProblemFrame = attrs.field(validator=attrs.validators.instance_of(ProblemFrame))
+    candidate_organ: str = attrs.field(validator=NAME)
+    operator_set_id: str = attrs.field(validator=NAME)
+    operator_set_version: str = attrs.field(validator=NAME)
+
+
+@final
+@attrs.frozen
+class _DraftHeaderLine:
+    format: str
+    header: DraftHeader
+
+
+def draft_stream_lines(draft: SearchDraft, limits: BundleLimits = BUNDLE_LIMITS) -> Iterator[bytes]:
+    """A draft as JSON Lines: a header line, then one ``DraftCandidate`` a line."""
+    header = _DraftHeaderLine(DRAFT_STREAM_FORMAT, DraftHeader(
+        draft.problem_frame, draft.candidate_organ, draft.operator_set_id,
+        draft.operator_set_version,
+    ))
+    yield _encode(unstructure(header), limits, "draft header line") + b"\n"
+    for index, candidate in enumerate(draft.candidates):
+        yield _encode(unstructure(candidate), limits, f"candidate line {index}") + b"\n"
+
+
+def read_draft_stream(
+    lines: Iterable[bytes | None], limits: BundleLimits = BUNDLE_LIMITS
+) -> SearchDraft:
+    """The draft a draft stream holds (lines without newlines; ``None``: over-long).
+
+    A draft has no attempts yet, so any defect refuses it whole
+    (``BundleStreamError``): there is nothing to classify around it.
+    """
+    header: DraftHeader | None = None
+    candidates: list[DraftCandidate] = []
+    for number, line in enumerate(lines, start=1):
+        if line is None:
+            raise BundleStreamError("line_too_large",
+                                    f"line {number}: more than {limits.line_bytes} bytes")
+        try:
+            value = parse_json(line, max_bytes=limits.line_bytes, max_depth=limits.depth)
+            if header is None:
+                stated = value.get("format") if isinstance(value, dict) else None
+                if stated != DRAFT_STREAM_FORMAT:
+                    raise SerdeError("unsupported_draft_format", "$.format",
+                                     f"{stated!r} is not {DRAFT_STREAM_FORMAT!r}")
+                header = structure(value, _DraftHeaderLine).header
+            else:
+                candidates.append(structure(value, DraftCandidate))
+        except SerdeError as exc:
+            raise BundleStreamError(exc.code, f"line {number}: {exc.path}: {exc.message}") from exc
+    if header is None:
+        raise BundleStreamError("stream_truncated", "no header line")
+    try:
+        return SearchDraft(header.problem_frame, header.candidate_organ, header.operator_set_id,
+                           header.operator_set_version, tuple(candidates))
+    except (TypeError, ValueError) as exc:
+        raise BundleStreamError("schema_mismatch", f"the draft: {exc}") from exc

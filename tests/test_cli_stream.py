@@ -200,6 +200,23 @@ def test_kernel_run_reads_a_stream_like_its_document(tmp_path: Path) -> None:
     assert a.stdout == b.stdout and len(a.stdout.splitlines()) == 4
 
 
+def test_a_draft_stream_seals_into_the_bundle_of_its_document(tmp_path: Path) -> None:
+    doc = json.loads(DRAFT.read_text())
+    candidates = doc.pop("candidates")
+    stream = tmp_path / "draft.jsonl"
+    stream.write_text("\n".join(
+        [json.dumps({"format": "replay-kernel.draft-stream.v1", "header": doc})]
+        + [json.dumps(c) for c in candidates]) + "\n")
+    from_stream = runner.invoke(app, ["bundle", str(stream)])
+    from_document = runner.invoke(app, ["bundle", str(DRAFT)])
+    assert from_stream.exit_code == from_document.exit_code == 0
+    assert from_stream.stdout == from_document.stdout
+    stream.write_text(stream.read_text() + '{"operator_id": 1}\n')
+    bad = runner.invoke(app, ["bundle", str(stream)])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: schema_mismatch: ")
+    assert bad.stdout == ""
+
+
 # --- one table of limits -------------------------------------------------------------------
 
 

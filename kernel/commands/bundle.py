@@ -24,6 +24,7 @@ Exit codes:
 
 from __future__ import annotations
 
+import itertools
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, assert_never
@@ -34,14 +35,18 @@ from kernel.bundles import (
     BUNDLE_LIMITS,
     BundleLimitError,
     BundleSealError,
+    BundleStreamError,
     bundle_document,
     bundle_stream_lines,
+    is_stream_header,
+    read_draft_stream,
     seal_bundle,
 )
-from kernel.commands._io import OutputFile, read_document, refuse
+from kernel.commands._io import OutputFile, bounded_lines, open_input, refuse
 from kernel.drafts import SearchDraft
 from kernel.organs import BUILTIN_MANIFEST, CERTIFIED_MANIFEST
 from kernel.replay import AuthorityManifest
+from kernel.serde import SerdeError, loads
 
 
 class Layout(Enum):
@@ -69,6 +74,28 @@ def manifest_for(choice: ManifestChoice) -> AuthorityManifest:
             assert_never(choice)
 
 
+def _read_draft(path: Path) -> SearchDraft:
+    """A draft document, or a draft stream (JSON Lines) for runs of any size."""
+    handle = open_input(path)
+    lines = bounded_lines(handle, BUNDLE_LIMITS.line_bytes)
+    first = next(lines, b"")
+    if first is not None and is_stream_header(first):
+        try:
+            return read_draft_stream(itertools.chain((first,), lines))
+        except BundleStreamError as exc:
+            refuse(exc.code, f"{path}: {exc.message}")
+    if first is None:
+        refuse("document_too_large", f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
+    rest = handle.read(BUNDLE_LIMITS.document_bytes + 1 - len(first))
+    data = first + (b"\n" + rest if rest else b"")
+    if len(data) > BUNDLE_LIMITS.document_bytes:
+        refuse("document_too_large", f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
+    try:
+        return loads(data, SearchDraft)
+    except SerdeError as exc:
+        refuse(exc.code, f"{path}: {exc.message}")
+
+
 def register(app: typer.Typer) -> None:
     """Attach the ``bundle`` command to ``app``."""
 
@@ -92,16 +119,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Seal a search draft into a replay bundle (every id computed, none typed in).
 
-        DRAFT is a path or - for stdin. The bundle obeys the limits kernel replay
-        and kernel run read with (kernel.bundles.BUNDLE_LIMITS): nothing is written
-        that they would refuse.
+        DRAFT is a path or - for stdin: a JSON document, or for runs of any size a
+        draft stream (JSON Lines: {"format": "replay-kernel.draft-stream.v1",
+        "header": {problem_frame, candidate_organ, operator_set_id,
+        operator_set_version}}, then one candidate a line). The bundle obeys the
+        limits kernel replay and kernel run read with (kernel.bundles.BUNDLE_LIMITS):
+        nothing is written that they would refuse.
 
         Exit codes: 0 bundle written; 1 the draft cannot become a bundle (organ
         not in the manifest, original frame not refused, a delta that does not
         apply, a document or line over the limits); 2 usage error or draft
         refused at the boundary.
         """
-        draft = read_document(draft_path, SearchDraft)
+        draft = _read_draft(draft_path)
         try:
             bundle = seal_bundle(draft, manifest_for(manifest))
         except BundleSealError as exc:
