@@ -25,6 +25,9 @@ Exit codes:
 from __future__ import annotations
 
 import itertools
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, assert_never
@@ -74,6 +77,29 @@ def manifest_for(choice: ManifestChoice) -> AuthorityManifest:
             assert_never(choice)
 
 
+Progress = Callable[[str, int | None, int | None], None]
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Progress]:
+    """``progress(phase, done, total)`` drawn on stderr (a rich bar) when enabled."""
+    if not enabled:
+        yield lambda phase, done, total: None
+        return
+    from rich.console import Console  # imported only when a bar is drawn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("lines"), console=Console(stderr=True), transient=True)
+    task = bar.add_task("reading", total=None)
+
+    def update(phase: str, done: int | None, total: int | None) -> None:
+        bar.update(task, description=phase, completed=done or 0, total=total)
+
+    with bar:
+        yield update
+
+
 def _read_draft(path: Path) -> SearchDraft:
     """A draft document, or a draft stream (JSON Lines) for runs of any size."""
     handle = open_input(path)
@@ -116,6 +142,8 @@ def register(app: typer.Typer) -> None:
             "--layout", help="document (one JSON document, small runs), stream (JSON Lines, "
             "any size) or auto: a document when it fits the reader's limit, else a "
             "stream.")] = Layout.AUTO,
+        quiet: Annotated[bool, typer.Option(
+            "--quiet", "-q", help="No progress bar on stderr.")] = False,
     ) -> None:
         """Seal a search draft into a replay bundle (every id computed, none typed in).
 
@@ -131,28 +159,33 @@ def register(app: typer.Typer) -> None:
         apply, a document or line over the limits); 2 usage error or draft
         refused at the boundary.
         """
-        draft = _read_draft(draft_path)
-        try:
-            bundle = seal_bundle(draft, manifest_for(manifest))
-        except BundleSealError as exc:
-            refuse(exc.code, f"{draft_path}: {exc.message}", exit_code=1)
-        data: bytes | None = None
-        if layout is not Layout.STREAM:
+        with _progress(not quiet and sys.stderr.isatty()) as progress:
+            draft = _read_draft(draft_path)
+            progress("sealing", None, None)
             try:
-                data = bundle_document(bundle)
-            except BundleLimitError as exc:
-                if layout is Layout.DOCUMENT:
-                    refuse(exc.code, f"{draft_path}: {exc.message} (try --layout stream)",
-                           exit_code=1)
-        with OutputFile(out or Path("-")) as sink:
-            if data is not None:
-                sink.write(data)
-            else:
+                bundle = seal_bundle(draft, manifest_for(manifest))
+            except BundleSealError as exc:
+                refuse(exc.code, f"{draft_path}: {exc.message}", exit_code=1)
+            data: bytes | None = None
+            if layout is not Layout.STREAM:
                 try:
-                    # Each line is checked against the reader's limits before it is
-                    # written; a refusal discards the partial file.
-                    for line in bundle_stream_lines(bundle, BUNDLE_LIMITS):
-                        sink.write(line)
+                    data = bundle_document(bundle)
                 except BundleLimitError as exc:
-                    refuse(exc.code, f"{draft_path}: {exc.message}", exit_code=1)
-            sink.commit()
+                    if layout is Layout.DOCUMENT:
+                        refuse(exc.code, f"{draft_path}: {exc.message} (try --layout stream)",
+                               exit_code=1)
+            with OutputFile(out or Path("-")) as sink:
+                if data is not None:
+                    sink.write(data)
+                else:
+                    total = 1 + 2 * len(draft.candidates)
+                    try:
+                        # Each line is checked against the reader's limits before it is
+                        # written; a refusal discards the partial file.
+                        for done, line in enumerate(bundle_stream_lines(bundle, BUNDLE_LIMITS)):
+                            sink.write(line)
+                            if done % 256 == 0:
+                                progress("writing", done, total)
+                    except BundleLimitError as exc:
+                        refuse(exc.code, f"{draft_path}: {exc.message}", exit_code=1)
+                sink.commit()
