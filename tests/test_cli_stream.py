@@ -292,3 +292,18 @@ def test_an_over_long_attempt_line_is_that_attempt_s_refusal() -> None:
 
 def test_the_limits_are_the_documented_ones() -> None:
     assert BundleLimits(16 * 1024 * 1024, 16 * 1024 * 1024, 64) == BUNDLE_LIMITS
+
+
+def test_the_public_surface_of_kernel_bundles_is_exact() -> None:
+    import kernel.bundles
+
+    assert set(kernel.bundles.__all__) == {
+        "BUNDLE_LIMITS", "BUNDLE_STREAM_FORMAT", "DRAFT_STREAM_FORMAT", "BundleLimitError",
+        "BundleLimits", "BundleSealError", "BundleStreamError", "BundleStreamReader",
+        "DraftHeader", "ReadyAttempt", "RefusedAttempt", "StreamAttempt", "StreamHeader",
+        "StreamRun", "bundle_document", "bundle_stream_lines", "document_attempts",
+        "draft_stream_lines", "is_stream_header", "outcome_line", "read_draft_stream",
+        "seal_bundle",
+    }
+    for name in kernel.bundles.__all__:
+        assert hasattr(kernel.bundles, name), name

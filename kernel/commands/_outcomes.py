@@ -29,7 +29,6 @@ from kernel.bundles import (
     ReadyAttempt,
     RefusedAttempt,
     document_attempts,
-    is_stream_header,
     outcome_line,
 )
 from kernel.commands._io import OutputFile, bounded_lines, is_stdio, open_input, refuse
@@ -41,6 +40,7 @@ from kernel.commands._verdict import (
     classes_of,
     parse_fail_on,
 )
+from kernel.identity import JsonValue
 from kernel.replay import ReplayAdapterOutcome, ReplayAdapterRefusal, ReplayBundle
 from kernel.serde import SerdeError, parse_json, structure
 
@@ -66,14 +66,23 @@ def open_bundle(path: Path) -> tuple[int, str, Iterator[Attempt]]:
     first = next(lines, b"")
     if first is None:
         refuse("document_too_large", f"{path}: more than {limit} bytes")
-    if is_stream_header(first):
+    try:  # parsed once: the first line is a stream's header or (usually) the whole document
+        head: JsonValue | SerdeError = parse_json(first, max_depth=BUNDLE_LIMITS.depth)
+    except SerdeError as exc:
+        head = exc
+    if isinstance(head, dict) and "format" in head:
         return _open_stream(path, first, lines)
     rest = handle.read(BUNDLE_LIMITS.document_bytes + 1 - len(first))
-    data = first + (b"\n" + rest if rest else b"")
-    if len(data) + 1 > BUNDLE_LIMITS.document_bytes + 1:
-        refuse("document_too_large", f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
     try:
-        bundle = structure(parse_json(data, max_depth=BUNDLE_LIMITS.depth), ReplayBundle)
+        if rest.strip():  # a document over several lines: parse it whole
+            data = first + b"\n" + rest
+            if len(data) > BUNDLE_LIMITS.document_bytes:
+                refuse("document_too_large",
+                       f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
+            head = parse_json(data, max_depth=BUNDLE_LIMITS.depth)
+        if isinstance(head, SerdeError):
+            raise head
+        bundle = structure(head, ReplayBundle)
     except SerdeError as exc:
         refuse(exc.code, f"{path}: {exc.message}")
     try:
