@@ -86,6 +86,11 @@ def _build_app() -> typer.Typer:
             case _:
                 return "usage_error"
 
+    def _short_help_everywhere(command: click.Command) -> None:
+        command.context_settings.setdefault("help_option_names", ["-h", "--help"])
+        for sub in getattr(command, "commands", {}).values():
+            _short_help_everywhere(sub)
+
     class LazyGroup(TyperGroup):
         """Commands from ``COMMANDS``, imported on first use; errors in one line."""
 
@@ -103,7 +108,7 @@ def _build_app() -> typer.Typer:
                 holder = typer.Typer(rich_markup_mode=None)
                 module.register(holder)
                 command = typer.main.get_group(holder).commands[cmd_name]
-            command.context_settings.setdefault("help_option_names", ["-h", "--help"])
+            _short_help_everywhere(command)
             return command
 
         def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

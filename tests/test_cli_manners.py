@@ -58,11 +58,12 @@ def test_help_lists_every_command_without_importing_them() -> None:
 
 
 @pytest.mark.parametrize("args", [["-h"], ["replay", "-h"], ["run", "-h"], ["bundle", "-h"],
-                                  ["digest", "-h"]])
+                                  ["digest", "-h"], ["verify", "plan", "-h"],
+                                  ["check", "run", "-h"]])
 def test_dash_h_is_help(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("Usage: kernel")
+    assert "Usage: kernel" in result.stdout
 
 
 def test_shell_completion_prints_a_script_and_completes_command_names() -> None:
