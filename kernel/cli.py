@@ -127,7 +127,8 @@ def _build_app() -> typer.Typer:
                 message = " ".join(exc.format_message().split())
                 click.echo(f"error: {_usage_code(exc)}: {message}", err=True)
                 code = 2
-            except typer.Abort:
+            except typer.Abort:  # end of input at a prompt
+                click.echo("error: aborted: end of input", err=True)
                 code = 130
             except click_errors.ClickException as exc:
                 click.echo(f"error: {type(exc).__name__.lower()}: {exc.format_message()}",

@@ -41,6 +41,7 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
+from kernel.commands._verdict import EXIT_SIGINT
 from kernel.organs import builtin_manifest
 from kernel.replay import (
     ReplayAdapterOutcome,
@@ -124,6 +125,11 @@ def register(app: typer.Typer) -> None:
                     emitter.add(item.attempt_index, item.attempt_id, outcome)
             except BundleStreamError as exc:
                 stream_error(bundle_path, exc)
+            except KeyboardInterrupt:
+                # Leaving the block discards the unfinished --out file.
+                typer.echo(f"error: interrupted: SIGINT after {emitter.tally.total} of {total} "
+                           "attempts; no outcome file written", err=True)
+                raise typer.Exit(EXIT_SIGINT) from None
             code = emitter.finish()
         if code:
             raise typer.Exit(code)
