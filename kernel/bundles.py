@@ -42,17 +42,14 @@ from kernel.drafts import DraftCandidate, SearchDraft
 from kernel.frames import ProblemFrame
 from kernel.identity import JsonValue, canonical_json
 from kernel.replay import (
-    CONTRACT_PROOF_REPLAY_POLICY_VERSION,
     AuthorityManifest,
-    ReasonCode,
     ReplayAdapterInput,
     ReplayAdapterOutcome,
     ReplayAdapterRefusal,
     ReplayBundle,
-    ReplayDisposition,
     ReplayRequest,
     build_replay_input,
-    refusal_id_of,
+    refuse_malformed_attempt,
     requests_from_bundle,
 )
 from kernel.serde import (
@@ -316,29 +313,6 @@ def document_attempts(bundle: ReplayBundle) -> Iterator[ReadyAttempt]:
 # --- the stream reader (sans-I/O) -------------------------------------------------
 
 
-def _invalid_input(detail: str) -> ReplayAdapterRefusal:
-    # TODO(lead): CORE adds kernel.replay.refuse_malformed_attempt(index, detail)
-    # (reason code attempt_malformed; ARCHITECTURE: only kernel/replay/_machine.py
-    # builds outcomes); call it here once it lands on main, and drop this
-    # builder. Built here with the public records meanwhile,
-    # exactly as the machine builds an early refusal: no identity is
-    # populated, because none has been validated (ADR-0229 §7.2).
-    disposition = ReplayDisposition.INVALID_REPLAY_INPUT
-    code = ReasonCode.RECORD_STRUCTURE_INVALID
-    draft = ReplayAdapterRefusal(
-        replay_refusal_id="0" * 64,
-        replay_policy_version=CONTRACT_PROOF_REPLAY_POLICY_VERSION,
-        input_digest=None,
-        run_id=None,
-        attempt_id=None,
-        candidate_digest=None,
-        replay_disposition=disposition,
-        reason_codes=(code.value,),
-        explanation=f"{disposition.value}: {code.value}: {detail}",
-    )
-    return attrs.evolve(draft, replay_refusal_id=refusal_id_of(draft))
-
-
 class BundleStreamReader:
     """Reads a bundle stream one line at a time (``feed``), then ``finish``.
 
@@ -407,7 +381,7 @@ class BundleStreamReader:
         self._next_attempt += 1
         return RefusedAttempt(
             index, self._run_attempts[index].attempt_id,
-            _invalid_input(f"bundle stream attempt {index}: {detail}"),
+            refuse_malformed_attempt(index, f"bundle stream attempt {index}: {detail}"),
         )
 
     def _feed(self, line: bytes) -> ReadyAttempt | RefusedAttempt | None:

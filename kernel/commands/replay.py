@@ -46,6 +46,9 @@ from kernel.organs import builtin_manifest
 from kernel.replay import (
     ReplayAdapterOutcome,
     ReplayBundle,
+    RunFacts,
+    facts_for,
+    replay_attempt,
     replay_bundle_attempts,
 )
 from kernel.serde import dumps
@@ -106,17 +109,17 @@ def register(app: typer.Typer) -> None:
         classes = fail_on_classes(fail_on)
         total, _, attempts = open_bundle(bundle_path)
         manifest = builtin_manifest()
-        # TODO(lead): when CORE's examine_run / replay_attempt(..., facts=) land on
-        # main, examine the run once here (the stream reader's run, or the
-        # document's) and pass facts= to every replay_attempt: without it each
-        # attempt re-hashes the whole run (quadratic; issue 10 deliverable 1).
+        # The run is examined once and its facts reused while consecutive
+        # attempts hold the same run object (linear batches, ADR 0011).
+        facts: RunFacts | None = None
         with Emitter(out=out, output_format=chosen, quiet=quiet, verbose=verbose,
                      fail_on=classes, total=total, label="replaying") as emitter:
             try:
                 for item in attempts:
                     match item:
                         case ReadyAttempt():
-                            outcome = replay_attempt(item.request, manifest)
+                            facts = facts_for(item.request, facts)
+                            outcome = replay_attempt(item.request, manifest, facts=facts)
                         case RefusedAttempt():
                             outcome = item.refusal
                         case _:
