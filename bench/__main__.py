@@ -4,6 +4,7 @@ python -m bench                  # the full run recorded in BENCHMARKS.md
 python -m bench --rounds 7       # a quick look
 python -m bench --markdown       # also print the tables as Markdown
 python -m bench --drat           # the DRAT checker against dratify (bench/_drat.py)
+python -m bench --parallel       # serial against process pools and Dask (bench/_parallel.py)
 """
 
 from __future__ import annotations
@@ -78,11 +79,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     parser.add_argument("--drat", action="store_true", help="run only the DRAT comparison")
+    parser.add_argument(
+        "--parallel", action="store_true", help="run only the parallel checks comparison"
+    )
+    parser.add_argument("--attempts", type=int, default=200, help="--parallel: attempts")
     args = parser.parse_args(argv)
     if args.drat:
         from bench._drat import main as drat_main
 
         return drat_main(rounds=args.rounds if args.rounds != 81 else 5)
+    if args.parallel:
+        from bench._parallel import main as parallel_main
+
+        return parallel_main(attempts=args.attempts, rounds=args.rounds if args.rounds != 81 else 3)
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (quartiles need them)")
 
