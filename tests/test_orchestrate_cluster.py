@@ -49,20 +49,20 @@ START_SECONDS = 60.0  # a loaded 2-core machine starts a scheduler and a worker 
 STOP_SECONDS = 10.0
 
 
-def _children(pid: int) -> list[int]:
-    """Direct live children of ``pid`` (Linux ``/proc``)."""
-    found: list[int] = []
+def _runs_a_check(pid: int, marker: str) -> bool:
+    """Whether a live child of ``pid`` is a producer/checker launch naming ``marker``."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return found
+        if fields[0] not in ("Z", "X") and int(fields[1]) == pid and marker.encode() in cmdline:
+            return True
+    return False
 
 
 def _alive(pid: int) -> bool:
@@ -196,14 +196,15 @@ def test_a_worker_killed_mid_check_loses_no_outcome(
     tmp_path: Path, serial: bytes, no_evidence: bytes, cluster: tuple[Cluster, str]
 ) -> None:
     running, address = cluster
+    work = tmp_path / "work"
     killed: list[int] = []
 
     def kill_a_busy_worker() -> None:
-        """SIGKILL the first worker seen running a check (it has a child process)."""
+        """SIGKILL the first worker seen running a check (its child launched the producer)."""
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             for worker in running.workers:
-                if worker.poll() is None and _children(worker.pid):
+                if worker.poll() is None and _runs_a_check(worker.pid, str(work)):
                     os.kill(worker.pid, signal.SIGKILL)
                     killed.append(worker.pid)
                     return
@@ -212,9 +213,8 @@ def test_a_worker_killed_mid_check_loses_no_outcome(
     killer = threading.Thread(target=kill_a_busy_worker)
     with open_executor(ExecutorSpec(ExecutorKind.DASK, scheduler=address)) as executor:
         killer.start()
-        outcomes = replay_bundle(
-            e2e_bundle(), CERTIFIED_MANIFEST, certifier(tmp_path / "work"), executor=executor
-        )
+        provider = certifier(work)
+        outcomes = replay_bundle(e2e_bundle(), CERTIFIED_MANIFEST, provider, executor=executor)
     killer.join()
     assert len(killed) == 1, "no worker was seen running a check"
     data = outcome_lines(outcomes)
@@ -229,4 +229,4 @@ def test_a_worker_killed_mid_check_loses_no_outcome(
         json.loads(line)["attempt_id"] for line in expected
     ]
     assert not _alive(killed[0])
-    assert_no_leftover(tmp_path / "work")  # the killed worker's producer/checker died with it
+    assert_no_leftover(work)  # the killed worker's producer/checker died with it
