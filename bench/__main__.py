@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         "--parallel", action="store_true", help="run only the parallel checks comparison"
     )
     parser.add_argument("--attempts", type=int, default=200, help="--parallel: attempts")
+    parser.add_argument(
+        "--workers", default="1,2,4", help="--parallel: worker counts (default 1,2,4)"
+    )
     args = parser.parse_args(argv)
     if args.drat:
         from bench._drat import main as drat_main
@@ -91,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.parallel:
         from bench._parallel import main as parallel_main
 
-        return parallel_main(attempts=args.attempts, rounds=args.rounds if args.rounds != 81 else 3)
+        return parallel_main(
+            attempts=args.attempts,
+            rounds=args.rounds if args.rounds != 81 else 3,
+            workers=tuple(int(count) for count in args.workers.split(",")),
+        )
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (quartiles need them)")
 

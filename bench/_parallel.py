@@ -137,14 +137,13 @@ def run_once(
     return elapsed, outcome_lines(outcomes)
 
 
-VARIANTS: Final = (
-    ("process x1", ExecutorSpec(ExecutorKind.PROCESS, workers=1)),
-    ("process x2", ExecutorSpec(ExecutorKind.PROCESS, workers=2)),
-    ("process x4", ExecutorSpec(ExecutorKind.PROCESS, workers=4)),
-    ("dask x1", ExecutorSpec(ExecutorKind.DASK, workers=1)),
-    ("dask x2", ExecutorSpec(ExecutorKind.DASK, workers=2)),
-    ("dask x4", ExecutorSpec(ExecutorKind.DASK, workers=4)),
-)
+def variants(workers: tuple[int, ...]) -> list[tuple[str, ExecutorSpec]]:
+    """A process pool and a local Dask cluster of each worker count."""
+    return [
+        (f"{kind.value} x{count}", ExecutorSpec(kind, workers=count))
+        for kind in (ExecutorKind.PROCESS, ExecutorKind.DASK)
+        for count in workers
+    ]
 SERIAL: Final = ("serial (inline)", ExecutorSpec(ExecutorKind.INLINE))
 
 
@@ -161,21 +160,21 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
 
 
 def main(*, attempts: int = 200, rounds: int = 3, work: int = 0,
-         only: tuple[str, ...] = (), say: Callable[[str], None] = print) -> int:
+         workers: tuple[int, ...] = (1, 2, 4), say: Callable[[str], None] = print) -> int:
     """Run the comparison and print a Markdown table; 1 if any variant's bytes differ."""
     requests = search_run(attempts)
     entry = pair_entry(work)
-    variants = [v for v in VARIANTS if not only or v[0].split()[0] in only]
+    chosen = variants(workers)
     say(f"parallel checks: {attempts} attempts, {rounds} rounds, work {work}, "
         f"nproc {os.cpu_count()}, python {sys.version.split()[0]}, load average {_load()}")
     with tempfile.TemporaryDirectory(prefix="bench-parallel-") as scratch_dir:
         scratch = Path(scratch_dir)
         expected: bytes | None = None
-        times: dict[str, list[float]] = {name: [] for name, _ in (SERIAL, *variants)}
-        ratios: dict[str, list[float]] = {name: [] for name, _ in variants}
+        times: dict[str, list[float]] = {name: [] for name, _ in (SERIAL, *chosen)}
+        ratios: dict[str, list[float]] = {name: [] for name, _ in chosen}
         loads: list[str] = []
         for round_index in range(rounds):
-            order = [SERIAL, *variants]
+            order = [SERIAL, *chosen]
             shift = round_index % len(order)
             order = order[shift:] + order[:shift]  # rotate: nobody always goes first
             this_round: dict[str, float] = {}
@@ -191,7 +190,7 @@ def main(*, attempts: int = 200, rounds: int = 3, work: int = 0,
                 say(f"  round {round_index + 1}: {name}: {elapsed:.2f} s "
                     f"({elapsed / attempts * 1000:.0f} ms/attempt), load {_load()}")
             loads.append(_load())
-            for name, _ in variants:
+            for name, _ in chosen:
                 ratios[name].append(this_round[SERIAL[0]] / this_round[name])
     serial = statistics.median(times[SERIAL[0]])
     say("")
@@ -201,7 +200,7 @@ def main(*, attempts: int = 200, rounds: int = 3, work: int = 0,
     say("")
     say("| variant | median s | serial / variant (median) | IQR | min-max |")
     say("|---|---|---|---|---|")
-    for name, _ in variants:
+    for name, _ in chosen:
         values = ratios[name]
         q1, q3 = _quartiles(values)
         say(f"| {name} | {statistics.median(times[name]):.1f} | "
