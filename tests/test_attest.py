@@ -37,7 +37,10 @@ def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     base = tmp_path_factory.mktemp("e2e")
     work, out = base / "work", base / "outcomes.jsonl"
     done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
-    assert done.returncode == 0, done.stderr
+    # Exit 3: the shipped bundle holds one deliberately tampered attempt; the
+    # stored run (its refusal included) is what gets audited and signed.
+    assert done.returncode == 3, done.stderr
+    assert len(out.read_bytes().splitlines()) == 6
     return work, out
 
 
@@ -180,7 +183,9 @@ def test_a_tampered_payload_is_refused(
     path = _attest(work_dir, outcomes, private)
     envelope = json.loads(path.read_bytes())
     statement = json.loads(base64.b64decode(envelope["payload"]))
-    statement["predicate"]["outcomes"][1]["replay_disposition"] = "contract_and_proof_closed"
+    line = statement["predicate"]["outcomes"][1]
+    assert line["attempt_index"] == 1  # the outcome lines as written (ADR-0013)
+    line["outcome"]["replay_disposition"] = "contract_and_proof_closed"
     forged = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
     envelope["payload"] = base64.b64encode(forged).decode()
     path.write_text(json.dumps(envelope))

@@ -30,11 +30,21 @@ DIGEST_LINE = "0" * 64
 
 @pytest.fixture(scope="module")
 def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A real `kernel run` work directory and its outcomes file (made once)."""
+    """A real `kernel run` work directory and its outcomes file (made once).
+
+    The shipped bundle holds one deliberately tampered attempt, so the run's
+    verdict is integrity (exit 3); every attempt still has its outcome line,
+    and the stored run is what the audit reads.
+    """
     base = tmp_path_factory.mktemp("e2e")
     work, out = base / "work", base / "outcomes.jsonl"
     done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr
+    lines = [json.loads(line) for line in out.read_bytes().splitlines()]
+    assert [line["attempt_index"] for line in lines] == list(range(len(lines)))
+    assert "candidate_identity_mismatch" in {
+        line["outcome"]["replay_disposition"] for line in lines
+    }
     return work, out
 
 
@@ -206,19 +216,124 @@ def test_a_resealed_outcome_edit_is_caught_by_rederivation(work: tuple[Path, Pat
     # the refusal.
     work_dir, outcomes = work
     lines = outcomes.read_bytes().splitlines(keepends=True)
-    outcome = json.loads(lines[2])
+    envelope = json.loads(lines[2])
+    outcome = envelope["outcome"]
     assert outcome["replay_disposition"] == "contract_closed_but_proof_refused"
     outcome["replay_disposition"] = "contract_and_proof_closed"
     outcome["reason_codes"] = []
     payload = {k: v for k, v in outcome.items() if k != "explanation"}
     outcome["replay_result_id"] = hand_digest({**payload, "replay_result_id": ""})
-    lines[2] = json.dumps(outcome, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    lines[2] = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode() + b"\n"
     outcomes.write_bytes(b"".join(lines))
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 0, report  # consistent on its face: only re-derivation can tell
     code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
     assert code == 1
     assert _codes(report) == {("outcome_mismatch", "outcome[2]")}
+
+
+def _envelopes(outcomes: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in outcomes.read_bytes().splitlines()]
+
+
+def _write_envelopes(outcomes: Path, lines: list[dict[str, Any]]) -> None:
+    outcomes.write_bytes(
+        b"".join(
+            json.dumps(line, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+            for line in lines
+        )
+    )
+
+
+def test_an_envelope_naming_another_position_is_reported(work: tuple[Path, Path]) -> None:
+    # The envelope is covered by no id: two lines swapped keep every record's
+    # id, so only their positions give them away.
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    lines[0], lines[3] = lines[3], lines[0]
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    codes = _codes(report)
+    assert ("binding_mismatch", "outcome[0] attempt_index") in codes
+    assert ("binding_mismatch", "outcome[3] attempt_index") in codes
+    assert not any(subject.endswith(" id") for _, subject in codes)
+
+
+def test_an_envelope_naming_another_attempt_than_its_record_is_reported(
+    work: tuple[Path, Path],
+) -> None:
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    assert lines[1]["attempt_id"] == lines[1]["outcome"]["attempt_id"]
+    lines[1]["attempt_id"] = lines[0]["attempt_id"]
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    finding = next(f for f in report["findings"] if f["subject"] == "outcome[1] attempt_id")
+    assert finding["code"] == "binding_mismatch"
+    assert finding["recorded"] == lines[0]["attempt_id"]
+    assert finding["recomputed"] == lines[1]["outcome"]["attempt_id"]
+
+
+def test_a_refusals_envelope_is_checked_against_the_bundle(work: tuple[Path, Path]) -> None:
+    # The tampered attempt's refusal names no attempt in its record (its
+    # identity never validated); only the bundle says which attempt it was.
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    index = next(
+        i for i, line in enumerate(lines)
+        if line["outcome"]["replay_disposition"] == "candidate_identity_mismatch"
+    )  # fmt: skip
+    assert lines[index]["outcome"]["attempt_id"] is None
+    assert lines[index]["outcome"]["attempt_index"] == index
+    lines[index]["attempt_id"] = "e" * 64
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 0, report  # nothing in the file itself contradicts it
+    code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
+    assert code == 1
+    assert _codes(report) == {("outcome_mismatch", f"outcome[{index}]")}
+
+
+def test_a_refusal_addressed_at_another_position_is_reported(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    index = next(i for i, line in enumerate(lines) if "replay_refusal_id" in line["outcome"])
+    outcome = lines[index]["outcome"]
+    outcome["attempt_index"] = index + 1
+    payload = {k: v for k, v in outcome.items() if k != "explanation"}
+    outcome["replay_refusal_id"] = hand_digest({**payload, "replay_refusal_id": ""})
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    codes = _codes(report)
+    assert ("binding_mismatch", f"outcome[{index}] attempt_index") in codes
+
+
+def test_an_envelope_with_another_shape_is_malformed(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    lines[0]["verified"] = True
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    assert ("malformed", "outcome[0]") in _codes(report)
+
+
+def test_bare_outcome_records_are_still_audited(work: tuple[Path, Path]) -> None:
+    # The library's own view (bare records, ADR-0013) audits like the envelopes.
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    _write_envelopes(outcomes, [line["outcome"] for line in lines])
+    code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
+    assert code == 0, report
+    records = [line["outcome"] for line in lines]
+    records[1]["replay_disposition"] = "contract_and_proof_closed"
+    _write_envelopes(outcomes, records)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 1
+    assert ("id_mismatch", "outcome[1] id") in _codes(report)
 
 
 def test_a_rewritten_metadata_field_is_reported(run_dir: Path) -> None:

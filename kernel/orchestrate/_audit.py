@@ -62,8 +62,9 @@ from typing import Final, TypeVar, final
 
 import attrs
 
+from kernel.bundles import document_attempts, outcome_line
 from kernel.external import RunMetadata, RunOutcome, Status, Verdict
-from kernel.identity import JsonValue, digest
+from kernel.identity import JsonValue, canonical_json, digest
 from kernel.orchestrate._certifier import CERTIFICATION_RECORD, author_session, backend_output
 from kernel.orchestrate._driver import replay_bundle
 from kernel.orchestrate.errors import OrchestrateError
@@ -640,7 +641,10 @@ def _audit_manifest_copy(a: _Auditor, attempt: Path, run: Path) -> None:
 
 
 def read_outcome_lines(path: Path) -> list[bytes]:
-    """The lines of an outcomes file, without newlines; ``AuditInputError`` if unreadable."""
+    """The lines of an outcomes file as stored, without newlines.
+
+    ``AuditInputError`` when the file is unreadable.
+    """
     try:
         data = _read(path)
     except _Unreadable as exc:
@@ -650,65 +654,123 @@ def read_outcome_lines(path: Path) -> list[bytes]:
     return data.split(b"\n")[:-1] if data else []
 
 
-def _audit_outcomes(
-    a: _Auditor, path: Path, lines: list[bytes]
-) -> list[ReplayAdapterResult | ReplayAdapterRefusal | None]:
-    parsed: list[ReplayAdapterResult | ReplayAdapterRefusal | None] = []
+# An outcome line of ``kernel run``/``kernel replay`` (ADR-0013): the record,
+# unchanged, in an envelope naming the attempt it answers. A bare record (the
+# library's ``outcome_lines``) is still read; a line's kind is its own shape.
+_ENVELOPE: Final = frozenset({"attempt_id", "attempt_index", "outcome"})
+
+Outcome = ReplayAdapterResult | ReplayAdapterRefusal
+
+
+@final
+@attrs.frozen
+class StoredOutcome:
+    """One audited outcome line: its record, and whether it came in an envelope."""
+
+    outcome: Outcome
+    enveloped: bool
+
+
+def _line_finding(
+    a: _Auditor,
+    name: str,
+    subject: str,
+    code: AuditCode,
+    message: str,
+    recorded: str | None = None,
+    recomputed: str | None = None,
+) -> None:
+    # The outcomes file lives outside the audited root: named by its file name.
+    a.checked += 1
+    a.findings.append(AuditFinding(name, subject, code, recorded, recomputed, message))
+
+
+def _expect(
+    a: _Auditor, name: str, subject: str, recorded: object, recomputed: object, message: str
+) -> None:
+    if _same(recorded, recomputed):
+        a.checked += 1
+    else:
+        _line_finding(
+            a, name, subject, AuditCode.BINDING_MISMATCH, message,
+            _text(recorded), _text(recomputed),
+        )  # fmt: skip
+
+
+def _unwrap(a: _Auditor, name: str, index: int, line: bytes) -> tuple[bytes, bool, str | None]:
+    """The record's bytes, whether it came enveloped, the envelope's attempt id.
+
+    Raises ``SerdeError`` for a line that is no JSON or no envelope/record
+    shape. The envelope is covered by no id, so its position is compared
+    here, its attempt id with the record's (``_audit_addresses``) and, with a
+    bundle, with the run's (``_rederive``).
+    """
+    document = parse_json(line)
+    if not (isinstance(document, dict) and "outcome" in document):
+        return line, False, None
+    if set(document) != _ENVELOPE:
+        raise SerdeError("malformed_envelope", "$", "not {attempt_id, attempt_index, outcome}")
+    attempt_id = document["attempt_id"]
+    if attempt_id is not None and not isinstance(attempt_id, str):
+        raise SerdeError("malformed_envelope", "$.attempt_id", "neither a string nor null")
+    _expect(
+        a, name, f"outcome[{index}] attempt_index", document["attempt_index"], index,
+        "the envelope names another position than its line's",
+    )  # fmt: skip
+    return canonical_json(document["outcome"]), True, attempt_id
+
+
+def _audit_outcomes(a: _Auditor, path: Path, lines: list[bytes]) -> list[StoredOutcome | None]:
+    parsed: list[StoredOutcome | None] = []
     for index, line in enumerate(lines):
         subject = f"outcome[{index}]"
+        outcome: Outcome
         try:
-            document = parse_json(line)
-        except SerdeError as exc:
-            a.checked += 1
-            a.findings.append(
-                AuditFinding(path.name, subject, AuditCode.MALFORMED, None, None, exc.message)
-            )
-            parsed.append(None)
-            continue
-        try:
-            if isinstance(document, dict) and "replay_refusal_id" in document:
-                refusal = loads(line, ReplayAdapterRefusal)
-                recorded, recomputed = refusal.replay_refusal_id, refusal_id_of(refusal)
-                parsed.append(refusal)
+            record, enveloped, envelope_id = _unwrap(a, path.name, index, line)
+            if "replay_refusal_id" in _field_names(record):
+                outcome = loads(record, ReplayAdapterRefusal)
+                recorded, recomputed = outcome.replay_refusal_id, refusal_id_of(outcome)
             else:
-                result = loads(line, ReplayAdapterResult)
-                recorded, recomputed = result.replay_result_id, result_id_of(result)
-                parsed.append(result)
+                outcome = loads(record, ReplayAdapterResult)
+                recorded, recomputed = outcome.replay_result_id, result_id_of(outcome)
         except SerdeError as exc:
-            a.checked += 1
-            a.findings.append(
-                AuditFinding(
-                    path.name,
-                    subject,
-                    AuditCode.MALFORMED,
-                    None,
-                    None,
-                    f"{exc.code}: {exc.message}",
-                )
-            )
+            _line_finding(a, path.name, subject, AuditCode.MALFORMED, f"{exc.code}: {exc.message}")
             parsed.append(None)
             continue
-        a.checked += 1
-        if recorded != recomputed:
-            a.findings.append(
-                AuditFinding(
-                    path.name,
-                    f"{subject} id",
-                    AuditCode.ID_MISMATCH,
-                    recorded,
-                    recomputed,
-                    "the outcome's id does not recompute from its fields",
-                )
-            )
+        if recorded == recomputed:
+            a.checked += 1
+        else:
+            _line_finding(
+                a, path.name, f"{subject} id", AuditCode.ID_MISMATCH,
+                "the outcome's id does not recompute from its fields", recorded, recomputed,
+            )  # fmt: skip
+        if isinstance(outcome, ReplayAdapterRefusal) and outcome.attempt_index is not None:
+            _expect(
+                a, path.name, f"{subject} attempt_index", outcome.attempt_index, index,
+                "the refusal was addressed at another position than its line's",
+            )  # fmt: skip
+        # A refusal before identity names no attempt: only the bundle can tell.
+        if enveloped and outcome.attempt_id is not None:
+            _expect(
+                a, path.name, f"{subject} attempt_id", envelope_id, outcome.attempt_id,
+                "the envelope names another attempt than its outcome record",
+            )  # fmt: skip
+        parsed.append(StoredOutcome(outcome, enveloped))
     return parsed
+
+
+def _field_names(record: bytes) -> set[str]:
+    document = parse_json(record)
+    return set(document) if isinstance(document, dict) else set()
 
 
 def _link_outcomes(
     a: _Auditor,
     outcomes_name: str,
-    parsed: list[ReplayAdapterResult | ReplayAdapterRefusal | None],
+    stored: list[StoredOutcome | None],
     certifications: Mapping[str, CertificationEvidence | None],
 ) -> None:
+    parsed = [s.outcome if s is not None else None for s in stored]
     named = {o.attempt_id for o in parsed if o is not None and o.attempt_id is not None}
     for attempt_id in sorted(set(certifications) - named):
         a.checked += 1
@@ -775,12 +837,26 @@ class StoredCertifications:
         return (ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE, data.rstrip(b"\n")),)
 
 
-def _rederive(a: _Auditor, outcomes_name: str, lines: list[bytes], bundle: ReplayBundle) -> None:
+def _rederive(
+    a: _Auditor,
+    outcomes_name: str,
+    lines: list[bytes],
+    stored: list[StoredOutcome | None],
+    bundle: ReplayBundle,
+) -> None:
     try:
+        attempt_ids = [ready.attempt_id for ready in document_attempts(bundle)]
         outcomes = replay_bundle(bundle, CERTIFIED_MANIFEST, StoredCertifications(a.root))
     except ValueError as exc:
         raise AuditInputError("bundle_refused", str(exc)) from exc
-    derived = [dumps(o) for o in outcomes]
+    # Each line as the command would write it again, in the stored line's own
+    # form: an envelope (its attempt id the run's) or a bare record.
+    derived = [
+        outcome_line(index, attempt_ids[index], outcome).rstrip(b"\n")
+        if index < len(stored) and (s := stored[index]) is not None and s.enveloped
+        else dumps(outcome)
+        for index, outcome in enumerate(outcomes)
+    ]
     a.checked += 1
     if len(derived) != len(lines):
         a.findings.append(
@@ -793,15 +869,15 @@ def _rederive(a: _Auditor, outcomes_name: str, lines: list[bytes], bundle: Repla
                 "the bundle's attempts and the stored lines differ in number",
             )
         )
-    for index, (stored, again) in enumerate(zip(lines, derived, strict=False)):
+    for index, (line, again) in enumerate(zip(lines, derived, strict=False)):
         a.checked += 1
-        if stored != again:
+        if line != again:
             a.findings.append(
                 AuditFinding(
                     outcomes_name,
                     f"outcome[{index}]",
                     AuditCode.OUTCOME_MISMATCH,
-                    _line_id(stored),
+                    _line_id(line),
                     _line_id(again),
                     "re-derived from the bundle and the stored certifications, the outcome differs",
                 )
@@ -813,6 +889,8 @@ def _line_id(line: bytes) -> str | None:
         document = parse_json(line)
     except SerdeError:
         return None
+    if isinstance(document, dict) and "outcome" in document:
+        document = document["outcome"]
     for name in ("replay_result_id", "replay_refusal_id"):
         value = _field(document, name)
         if isinstance(value, str):
@@ -820,6 +898,7 @@ def _line_id(line: bytes) -> str | None:
     return None
 
 
+# --- the entry point -------------------------------------------------------------------
 # --- the entry point -------------------------------------------------------------------
 
 
@@ -867,10 +946,10 @@ def audit_run(
             case RunLayout.WORK_DIR:
                 certifications = {d.name: _audit_attempt(a, d) for d in _attempt_dirs(root)}
                 if lines is not None and outcomes is not None:
-                    parsed = _audit_outcomes(a, outcomes, lines)
-                    _link_outcomes(a, outcomes.name, parsed, certifications)
+                    stored = _audit_outcomes(a, outcomes, lines)
+                    _link_outcomes(a, outcomes.name, stored, certifications)
                     if bundle is not None:
-                        _rederive(a, outcomes.name, lines, bundle)
+                        _rederive(a, outcomes.name, lines, stored, bundle)
     except OSError as exc:
         raise AuditInputError("unreadable_run", f"{root}: {exc.strerror or exc}") from exc
     if layout is RunLayout.EXTERNAL_RUN and lines is not None and outcomes is not None:
