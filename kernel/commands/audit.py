@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, assert_never
 
 import typer
 
@@ -123,5 +123,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(canonical_json(document).decode("utf-8"))
             case OutputFormat.TEXT:
                 _print_text(report, problems)
+            case _:
+                assert_never(output_format)
         if not report.intact or problems:
             raise typer.Exit(1)

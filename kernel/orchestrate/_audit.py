@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import assert_never
 
 from kernel.identity import JsonValue
 from kernel.orchestrate._audit_external import audit_external
@@ -150,6 +151,8 @@ def audit_run(
                     link_outcomes(a, outcomes.name, stored, certifications)
                     if bundle is not None:
                         rederive(a, outcomes.name, lines, stored, bundle)
+            case _:
+                assert_never(layout)
     except OSError as exc:
         raise AuditInputError("unreadable_run", f"{root}: {exc.strerror or exc}") from exc
     if layout is RunLayout.EXTERNAL_RUN and lines is not None and outcomes is not None:
