@@ -1,4 +1,4 @@
-"""`kernel audit RUN_DIR`: real stored runs, real edits, each reported; intact runs exit 0.
+"""`kernel audit RUN_DIR`: real stored runs, real edits, each reported (exit 3); intact exit 0.
 
 Two real stores are made once per module and copied for each test: a
 `kernel run` work directory (the main job: z3 -> cvc5, through the real
@@ -136,7 +136,7 @@ def test_the_audit_runs_no_process_and_needs_no_tool(
     assert report.intact and report.layout is RunLayout.WORK_DIR
 
 
-# --- the four edits of the issue, each reported with exit 1 ---------------------------
+# --- the four edits of the issue, each reported as integrity (exit 3) -----------------
 
 
 def test_an_edited_receipt_byte_is_reported(run_dir: Path) -> None:
@@ -146,7 +146,7 @@ def test_an_edited_receipt_byte_is_reported(run_dir: Path) -> None:
     data[index : index + 8] = b"rejected"  # same length: only content changes
     receipt.write_bytes(bytes(data))
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     assert ("digest_mismatch", "receipt_sha256") in _codes(report)
 
 
@@ -158,7 +158,7 @@ def test_an_edited_certification_receipt_byte_is_reported(work: tuple[Path, Path
     data[index] = ord("0") if data[index] != ord("0") else ord("1")  # one hex digit
     record.write_bytes(bytes(data))
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("id_mismatch", "receipt_id") in _codes(report)
 
 
@@ -176,7 +176,7 @@ def test_a_resealed_certification_receipt_is_caught_by_its_evidence_digest(
     receipt["receipt_id"] = hand_digest(payload)
     record.write_text(json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n")
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("id_mismatch", "receipt_id") not in codes  # the forger resealed it correctly
     assert ("id_mismatch", "receipt evidence_digest") in codes
@@ -192,7 +192,7 @@ def test_a_swapped_evidence_file_is_reported(work: tuple[Path, Path]) -> None:
     a.write_bytes(data_b)
     b.write_bytes(data_a)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     flagged = {(f["path"], f["code"]) for f in report["findings"]}
     for attempt in (first, second):
         path = f"{attempt.name}/run/evidence/target_certified.smt2"
@@ -205,7 +205,7 @@ def test_an_edited_outcome_line_is_reported(work: tuple[Path, Path]) -> None:
     lines[1] = lines[1].replace(b'"contract_refused"', b'"contract_and_proof_closed"')
     outcomes.write_bytes(b"".join(lines))
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("id_mismatch", "outcome[1] id") in _codes(report)
 
 
@@ -228,7 +228,7 @@ def test_a_resealed_outcome_edit_is_caught_by_rederivation(work: tuple[Path, Pat
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 0, report  # consistent on its face: only re-derivation can tell
     code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
-    assert code == 1
+    assert code == 3
     assert _codes(report) == {("outcome_mismatch", "outcome[2]")}
 
 
@@ -253,7 +253,7 @@ def test_an_envelope_naming_another_position_is_reported(work: tuple[Path, Path]
     lines[0], lines[3] = lines[3], lines[0]
     _write_envelopes(outcomes, lines)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("binding_mismatch", "outcome[0] attempt_index") in codes
     assert ("binding_mismatch", "outcome[3] attempt_index") in codes
@@ -269,7 +269,7 @@ def test_an_envelope_naming_another_attempt_than_its_record_is_reported(
     lines[1]["attempt_id"] = lines[0]["attempt_id"]
     _write_envelopes(outcomes, lines)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     finding = next(f for f in report["findings"] if f["subject"] == "outcome[1] attempt_id")
     assert finding["code"] == "binding_mismatch"
     assert finding["recorded"] == lines[0]["attempt_id"]
@@ -292,7 +292,7 @@ def test_a_refusals_envelope_is_checked_against_the_bundle(work: tuple[Path, Pat
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 0, report  # nothing in the file itself contradicts it
     code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
-    assert code == 1
+    assert code == 3
     assert _codes(report) == {("outcome_mismatch", f"outcome[{index}]")}
 
 
@@ -306,7 +306,7 @@ def test_a_refusal_addressed_at_another_position_is_reported(work: tuple[Path, P
     outcome["replay_refusal_id"] = hand_digest({**payload, "replay_refusal_id": ""})
     _write_envelopes(outcomes, lines)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("binding_mismatch", f"outcome[{index}] attempt_index") in codes
 
@@ -317,7 +317,7 @@ def test_an_envelope_with_another_shape_is_malformed(work: tuple[Path, Path]) ->
     lines[0]["verified"] = True
     _write_envelopes(outcomes, lines)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("malformed", "outcome[0]") in _codes(report)
 
 
@@ -332,7 +332,7 @@ def test_bare_outcome_records_are_still_audited(work: tuple[Path, Path]) -> None
     records[1]["replay_disposition"] = "contract_and_proof_closed"
     _write_envelopes(outcomes, records)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("id_mismatch", "outcome[1] id") in _codes(report)
 
 
@@ -340,7 +340,7 @@ def test_a_rewritten_metadata_field_is_reported(run_dir: Path) -> None:
     metadata = run_dir / "metadata.json"
     _edit_json(metadata, evidence_digest=DIGEST_LINE)
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("id_mismatch", "evidence_digest") in codes
     assert ("binding_mismatch", "receipt evidence_digest") in codes
@@ -349,7 +349,7 @@ def test_a_rewritten_metadata_field_is_reported(run_dir: Path) -> None:
 def test_a_rewritten_verdict_is_reported(run_dir: Path) -> None:
     _edit_json(run_dir / "metadata.json", verdict="rejected")
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("inconsistent", "status") in codes
     assert ("binding_mismatch", "receipt verdict") in codes
@@ -362,7 +362,7 @@ def test_a_rewritten_work_dir_metadata_field_breaks_the_receipts_binding(
     metadata = _attempts(work_dir)[2] / "run" / "metadata.json"
     _edit_json(metadata, job_digest=DIGEST_LINE)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("binding_mismatch", "job_digest") in codes
     assert ("id_mismatch", "receipt evidence_digest") in codes
@@ -375,7 +375,7 @@ def test_an_edited_pin_in_the_stored_manifest_is_reported(work: tuple[Path, Path
     document["checks"][0]["checker"]["executable"]["sha256"] = DIGEST_LINE
     manifest.write_text(json.dumps(document))
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("binding_mismatch", "entry checker") in _codes(report)
 
 
@@ -385,7 +385,7 @@ def test_an_undeclared_evidence_file_and_a_symlink_are_reported(run_dir: Path) -
     log.unlink()
     log.symlink_to("/dev/zero")
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("undeclared", "artifact:extra.txt") in codes
     assert ("not_regular", "checker.stdout_sha256") in codes
@@ -397,7 +397,7 @@ def test_a_certification_directory_no_outcome_names_is_reported(
     work_dir, outcomes = work
     shutil.copytree(_attempts(work_dir)[0], work_dir / ("e" * 64), symlinks=True)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("undeclared", "attempt") in _codes(report)
 
 
@@ -456,7 +456,7 @@ def test_a_retained_replay_is_audited_too(tmp_path: Path) -> None:
     receipt = run_dir / "replays" / "audit-1" / "checker" / "receipt.json"
     receipt.write_bytes(receipt.read_bytes().replace(b'"run_id"', b'"run_id" ', 1))
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     assert any(
         f["path"] == "replays/audit-1/checker/receipt.json" and f["code"] == "digest_mismatch"
         for f in report["findings"]
@@ -471,7 +471,7 @@ def test_a_recorded_path_climbing_out_of_the_run_is_reported_not_followed(run_di
     document["artifacts"][0]["path"] = "../../outside.txt"
     metadata.write_text(json.dumps(document))
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     assert ("malformed", "artifact:../../outside.txt") in _codes(report)
 
 
@@ -485,5 +485,5 @@ def test_a_symlinked_run_directory_inside_a_work_directory_is_reported(
     shutil.move(attempt / "run", tmp_path / "elsewhere")
     (attempt / "run").symlink_to(tmp_path / "elsewhere")
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("not_regular", "run") in _codes(report)
