@@ -14,7 +14,6 @@ from typing import Final, final
 
 import attrs
 
-from kernel.bundles import document_attempts, outcome_line
 from kernel.identity import canonical_json
 from kernel.orchestrate._audit_store import (
     AuditCode,
@@ -42,9 +41,10 @@ from kernel.replay import (
     ReplayAdapterResult,
     ReplayBundle,
     refusal_id_of,
+    requests_from_bundle,
     result_id_of,
 )
-from kernel.serde import SerdeError, dumps, loads, parse_json
+from kernel.serde import SerdeError, dumps, loads, parse_json, unstructure
 
 # --- outcomes ------------------------------------------------------------------------
 
@@ -254,14 +254,14 @@ def rederive(
     bundle: ReplayBundle,
 ) -> None:
     try:
-        attempt_ids = [ready.attempt_id for ready in document_attempts(bundle)]
+        attempt_ids = [request.attempt.attempt_id for request in requests_from_bundle(bundle)]
         outcomes = replay_bundle(bundle, CERTIFIED_MANIFEST, StoredCertifications(a.root))
     except ValueError as exc:
         raise AuditInputError("bundle_refused", str(exc)) from exc
     # Each line as the command would write it again, in the stored line's own
     # form: an envelope (its attempt id the run's) or a bare record.
     derived = [
-        outcome_line(index, attempt_ids[index], outcome).rstrip(b"\n")
+        _envelope_line(index, attempt_ids[index], outcome)
         if index < len(stored) and (s := stored[index]) is not None and s.enveloped
         else dumps(outcome)
         for index, outcome in enumerate(outcomes)
@@ -291,6 +291,14 @@ def rederive(
                     "re-derived from the bundle and the stored certifications, the outcome differs",
                 )
             )
+
+
+def _envelope_line(index: int, attempt_id: str | None, outcome: Outcome) -> bytes:
+    # ADR-0013's line, as kernel.bundles.outcome_line writes it (without its
+    # newline); built here because the orchestrator imports only downwards.
+    return canonical_json(
+        {"attempt_id": attempt_id, "attempt_index": index, "outcome": unstructure(outcome)}
+    )
 
 
 def _line_id(line: bytes) -> str | None:
