@@ -37,7 +37,10 @@ def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     base = tmp_path_factory.mktemp("e2e")
     work, out = base / "work", base / "outcomes.jsonl"
     done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
-    assert done.returncode == 0, done.stderr
+    # Exit 3: the shipped bundle holds one deliberately tampered attempt; the
+    # stored run (its refusal included) is what gets audited and signed.
+    assert done.returncode == 3, done.stderr
+    assert len(out.read_bytes().splitlines()) == 6
     return work, out
 
 
@@ -87,7 +90,7 @@ def _verify(work_dir: Path, outcomes: Path, public: Path) -> tuple[int, dict[str
         "audit", work_dir, "--outcomes", outcomes, "--verify-key", public, "--format", "json"
     )
     assert "Traceback" not in done.stderr
-    assert done.returncode in (0, 1), done.stderr
+    assert done.returncode in (0, 3), done.stderr
     return done.returncode, json.loads(done.stdout)
 
 
@@ -163,7 +166,7 @@ def test_a_wrong_key_is_refused(work: tuple[Path, Path], keys: tuple[Path, Path,
     private, _, other = keys
     path = _attest(work_dir, outcomes, private)
     code, report = _verify(work_dir, outcomes, other)
-    assert code == 1
+    assert code == 3
     assert report["attestation"]["verified"] is False
     assert "no signature verifies" in report["attestation"]["problems"][0]
     loaded = Metadata.load(str(path))
@@ -180,12 +183,14 @@ def test_a_tampered_payload_is_refused(
     path = _attest(work_dir, outcomes, private)
     envelope = json.loads(path.read_bytes())
     statement = json.loads(base64.b64decode(envelope["payload"]))
-    statement["predicate"]["outcomes"][1]["replay_disposition"] = "contract_and_proof_closed"
+    line = statement["predicate"]["outcomes"][1]
+    assert line["attempt_index"] == 1  # the outcome lines as written (ADR-0013)
+    line["outcome"]["replay_disposition"] = "contract_and_proof_closed"
     forged = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
     envelope["payload"] = base64.b64encode(forged).decode()
     path.write_text(json.dumps(envelope))
     code, report = _verify(work_dir, outcomes, public)
-    assert code == 1
+    assert code == 3
     assert "no signature verifies" in report["attestation"]["problems"][0]
     loaded = Metadata.load(str(path))
     assert isinstance(loaded, Envelope)
@@ -205,7 +210,7 @@ def test_a_tampered_signature_is_refused(
     envelope["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
     path.write_text(json.dumps(envelope))
     code, report = _verify(work_dir, outcomes, public)
-    assert code == 1
+    assert code == 3
     assert report["attestation"]["verified"] is False
 
 
@@ -220,7 +225,7 @@ def test_a_stored_file_changed_after_signing_is_reported_twice(
     log.write_bytes(log.read_bytes() + b"edited\n")
     (work_dir / "planted.txt").write_text("x\n")
     code, report = _verify(work_dir, outcomes, public)
-    assert code == 1
+    assert code == 3
     problems = report["attestation"]["problems"]
     rel = log.relative_to(work_dir).as_posix()
     assert any(p.startswith(f"subject {rel}: sha256") for p in problems)
@@ -236,7 +241,7 @@ def test_a_run_that_does_not_audit_intact_is_never_signed(
     evidence = sorted(work_dir.glob("*/run/evidence/z3-answer.txt"))[0]
     evidence.write_text("target_certified sat\n")
     done = kernel("attest", work_dir, "--key", private, "--outcomes", outcomes)
-    assert done.returncode == 1
+    assert done.returncode == 3  # integrity: the stored run is not what was recorded
     assert done.stderr.startswith("error: run_not_intact: ")
     assert not (work_dir / "attestation.dsse.json").exists()
 

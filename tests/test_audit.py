@@ -1,4 +1,4 @@
-"""`kernel audit RUN_DIR`: real stored runs, real edits, each reported; intact runs exit 0.
+"""`kernel audit RUN_DIR`: real stored runs, real edits, each reported (exit 3); intact exit 0.
 
 Two real stores are made once per module and copied for each test: a
 `kernel run` work directory (the main job: z3 -> cvc5, through the real
@@ -30,11 +30,21 @@ DIGEST_LINE = "0" * 64
 
 @pytest.fixture(scope="module")
 def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A real `kernel run` work directory and its outcomes file (made once)."""
+    """A real `kernel run` work directory and its outcomes file (made once).
+
+    The shipped bundle holds one deliberately tampered attempt, so the run's
+    verdict is integrity (exit 3); every attempt still has its outcome line,
+    and the stored run is what the audit reads.
+    """
     base = tmp_path_factory.mktemp("e2e")
     work, out = base / "work", base / "outcomes.jsonl"
     done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr
+    lines = [json.loads(line) for line in out.read_bytes().splitlines()]
+    assert [line["attempt_index"] for line in lines] == list(range(len(lines)))
+    assert "candidate_identity_mismatch" in {
+        line["outcome"]["replay_disposition"] for line in lines
+    }
     return work, out
 
 
@@ -126,7 +136,7 @@ def test_the_audit_runs_no_process_and_needs_no_tool(
     assert report.intact and report.layout is RunLayout.WORK_DIR
 
 
-# --- the four edits of the issue, each reported with exit 1 ---------------------------
+# --- the four edits of the issue, each reported as integrity (exit 3) -----------------
 
 
 def test_an_edited_receipt_byte_is_reported(run_dir: Path) -> None:
@@ -136,7 +146,7 @@ def test_an_edited_receipt_byte_is_reported(run_dir: Path) -> None:
     data[index : index + 8] = b"rejected"  # same length: only content changes
     receipt.write_bytes(bytes(data))
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     assert ("digest_mismatch", "receipt_sha256") in _codes(report)
 
 
@@ -148,7 +158,7 @@ def test_an_edited_certification_receipt_byte_is_reported(work: tuple[Path, Path
     data[index] = ord("0") if data[index] != ord("0") else ord("1")  # one hex digit
     record.write_bytes(bytes(data))
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("id_mismatch", "receipt_id") in _codes(report)
 
 
@@ -166,7 +176,7 @@ def test_a_resealed_certification_receipt_is_caught_by_its_evidence_digest(
     receipt["receipt_id"] = hand_digest(payload)
     record.write_text(json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n")
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("id_mismatch", "receipt_id") not in codes  # the forger resealed it correctly
     assert ("id_mismatch", "receipt evidence_digest") in codes
@@ -182,7 +192,7 @@ def test_a_swapped_evidence_file_is_reported(work: tuple[Path, Path]) -> None:
     a.write_bytes(data_b)
     b.write_bytes(data_a)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     flagged = {(f["path"], f["code"]) for f in report["findings"]}
     for attempt in (first, second):
         path = f"{attempt.name}/run/evidence/target_certified.smt2"
@@ -195,7 +205,7 @@ def test_an_edited_outcome_line_is_reported(work: tuple[Path, Path]) -> None:
     lines[1] = lines[1].replace(b'"contract_refused"', b'"contract_and_proof_closed"')
     outcomes.write_bytes(b"".join(lines))
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("id_mismatch", "outcome[1] id") in _codes(report)
 
 
@@ -206,26 +216,131 @@ def test_a_resealed_outcome_edit_is_caught_by_rederivation(work: tuple[Path, Pat
     # the refusal.
     work_dir, outcomes = work
     lines = outcomes.read_bytes().splitlines(keepends=True)
-    outcome = json.loads(lines[2])
+    envelope = json.loads(lines[2])
+    outcome = envelope["outcome"]
     assert outcome["replay_disposition"] == "contract_closed_but_proof_refused"
     outcome["replay_disposition"] = "contract_and_proof_closed"
     outcome["reason_codes"] = []
     payload = {k: v for k, v in outcome.items() if k != "explanation"}
     outcome["replay_result_id"] = hand_digest({**payload, "replay_result_id": ""})
-    lines[2] = json.dumps(outcome, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    lines[2] = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode() + b"\n"
     outcomes.write_bytes(b"".join(lines))
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 0, report  # consistent on its face: only re-derivation can tell
     code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
-    assert code == 1
+    assert code == 3
     assert _codes(report) == {("outcome_mismatch", "outcome[2]")}
+
+
+def _envelopes(outcomes: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in outcomes.read_bytes().splitlines()]
+
+
+def _write_envelopes(outcomes: Path, lines: list[dict[str, Any]]) -> None:
+    outcomes.write_bytes(
+        b"".join(
+            json.dumps(line, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+            for line in lines
+        )
+    )
+
+
+def test_an_envelope_naming_another_position_is_reported(work: tuple[Path, Path]) -> None:
+    # The envelope is covered by no id: two lines swapped keep every record's
+    # id, so only their positions give them away.
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    lines[0], lines[3] = lines[3], lines[0]
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 3
+    codes = _codes(report)
+    assert ("binding_mismatch", "outcome[0] attempt_index") in codes
+    assert ("binding_mismatch", "outcome[3] attempt_index") in codes
+    assert not any(subject.endswith(" id") for _, subject in codes)
+
+
+def test_an_envelope_naming_another_attempt_than_its_record_is_reported(
+    work: tuple[Path, Path],
+) -> None:
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    assert lines[1]["attempt_id"] == lines[1]["outcome"]["attempt_id"]
+    lines[1]["attempt_id"] = lines[0]["attempt_id"]
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 3
+    finding = next(f for f in report["findings"] if f["subject"] == "outcome[1] attempt_id")
+    assert finding["code"] == "binding_mismatch"
+    assert finding["recorded"] == lines[0]["attempt_id"]
+    assert finding["recomputed"] == lines[1]["outcome"]["attempt_id"]
+
+
+def test_a_refusals_envelope_is_checked_against_the_bundle(work: tuple[Path, Path]) -> None:
+    # The tampered attempt's refusal names no attempt in its record (its
+    # identity never validated); only the bundle says which attempt it was.
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    index = next(
+        i for i, line in enumerate(lines)
+        if line["outcome"]["replay_disposition"] == "candidate_identity_mismatch"
+    )  # fmt: skip
+    assert lines[index]["outcome"]["attempt_id"] is None
+    assert lines[index]["outcome"]["attempt_index"] == index
+    lines[index]["attempt_id"] = "e" * 64
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 0, report  # nothing in the file itself contradicts it
+    code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
+    assert code == 3
+    assert _codes(report) == {("outcome_mismatch", f"outcome[{index}]")}
+
+
+def test_a_refusal_addressed_at_another_position_is_reported(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    index = next(i for i, line in enumerate(lines) if "replay_refusal_id" in line["outcome"])
+    outcome = lines[index]["outcome"]
+    outcome["attempt_index"] = index + 1
+    payload = {k: v for k, v in outcome.items() if k != "explanation"}
+    outcome["replay_refusal_id"] = hand_digest({**payload, "replay_refusal_id": ""})
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 3
+    codes = _codes(report)
+    assert ("binding_mismatch", f"outcome[{index}] attempt_index") in codes
+
+
+def test_an_envelope_with_another_shape_is_malformed(work: tuple[Path, Path]) -> None:
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    lines[0]["verified"] = True
+    _write_envelopes(outcomes, lines)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 3
+    assert ("malformed", "outcome[0]") in _codes(report)
+
+
+def test_bare_outcome_records_are_still_audited(work: tuple[Path, Path]) -> None:
+    # The library's own view (bare records, ADR-0013) audits like the envelopes.
+    work_dir, outcomes = work
+    lines = _envelopes(outcomes)
+    _write_envelopes(outcomes, [line["outcome"] for line in lines])
+    code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
+    assert code == 0, report
+    records = [line["outcome"] for line in lines]
+    records[1]["replay_disposition"] = "contract_and_proof_closed"
+    _write_envelopes(outcomes, records)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 3
+    assert ("id_mismatch", "outcome[1] id") in _codes(report)
 
 
 def test_a_rewritten_metadata_field_is_reported(run_dir: Path) -> None:
     metadata = run_dir / "metadata.json"
     _edit_json(metadata, evidence_digest=DIGEST_LINE)
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("id_mismatch", "evidence_digest") in codes
     assert ("binding_mismatch", "receipt evidence_digest") in codes
@@ -234,7 +349,7 @@ def test_a_rewritten_metadata_field_is_reported(run_dir: Path) -> None:
 def test_a_rewritten_verdict_is_reported(run_dir: Path) -> None:
     _edit_json(run_dir / "metadata.json", verdict="rejected")
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("inconsistent", "status") in codes
     assert ("binding_mismatch", "receipt verdict") in codes
@@ -247,7 +362,7 @@ def test_a_rewritten_work_dir_metadata_field_breaks_the_receipts_binding(
     metadata = _attempts(work_dir)[2] / "run" / "metadata.json"
     _edit_json(metadata, job_digest=DIGEST_LINE)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("binding_mismatch", "job_digest") in codes
     assert ("id_mismatch", "receipt evidence_digest") in codes
@@ -260,7 +375,7 @@ def test_an_edited_pin_in_the_stored_manifest_is_reported(work: tuple[Path, Path
     document["checks"][0]["checker"]["executable"]["sha256"] = DIGEST_LINE
     manifest.write_text(json.dumps(document))
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("binding_mismatch", "entry checker") in _codes(report)
 
 
@@ -270,7 +385,7 @@ def test_an_undeclared_evidence_file_and_a_symlink_are_reported(run_dir: Path) -
     log.unlink()
     log.symlink_to("/dev/zero")
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     codes = _codes(report)
     assert ("undeclared", "artifact:extra.txt") in codes
     assert ("not_regular", "checker.stdout_sha256") in codes
@@ -282,7 +397,7 @@ def test_a_certification_directory_no_outcome_names_is_reported(
     work_dir, outcomes = work
     shutil.copytree(_attempts(work_dir)[0], work_dir / ("e" * 64), symlinks=True)
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("undeclared", "attempt") in _codes(report)
 
 
@@ -341,7 +456,7 @@ def test_a_retained_replay_is_audited_too(tmp_path: Path) -> None:
     receipt = run_dir / "replays" / "audit-1" / "checker" / "receipt.json"
     receipt.write_bytes(receipt.read_bytes().replace(b'"run_id"', b'"run_id" ', 1))
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     assert any(
         f["path"] == "replays/audit-1/checker/receipt.json" and f["code"] == "digest_mismatch"
         for f in report["findings"]
@@ -356,7 +471,7 @@ def test_a_recorded_path_climbing_out_of_the_run_is_reported_not_followed(run_di
     document["artifacts"][0]["path"] = "../../outside.txt"
     metadata.write_text(json.dumps(document))
     code, report = _audit(run_dir)
-    assert code == 1
+    assert code == 3
     assert ("malformed", "artifact:../../outside.txt") in _codes(report)
 
 
@@ -370,5 +485,5 @@ def test_a_symlinked_run_directory_inside_a_work_directory_is_reported(
     shutil.move(attempt / "run", tmp_path / "elsewhere")
     (attempt / "run").symlink_to(tmp_path / "elsewhere")
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 1
+    assert code == 3
     assert ("not_regular", "run") in _codes(report)

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from kernel.commands._io import read_document, refuse
+from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_USAGE
 from kernel.orchestrate import (
     ATTESTATION_FILE,
     PREDICATE_TYPE,
@@ -36,9 +37,10 @@ pre-authentication encoding, and written to --out (default
 RUN_DIR/{ATTESTATION_FILE}) with the user's umask. Verify it with
 `kernel audit RUN_DIR --verify-key PUBKEY`, or with any DSSE/in-toto tool.
 
-Exit codes: 0 signed; 1 the run does not audit intact (nothing written);
-2 input refused (not a stored run, a missing --outcomes for a work
-directory, a key that is unreadable, not Ed25519 or readable by others),
+Exit codes (README "Exit codes"): 0 signed; 2 input refused (not a stored
+run, a missing --outcomes for a work directory, a key that is unreadable,
+not Ed25519 or readable by others); 3 integrity: the run does not audit
+intact, so nothing is written (error code run_not_intact). Each refusal is
 one line 'error: <code>: <message>' on stderr."""
 
 _KEYGEN_HELP = """Create an Ed25519 key pair for `kernel attest` as PEM files.
@@ -74,7 +76,8 @@ def register(app: typer.Typer) -> None:
             private_key = load_private_key(key)
             target = attest_run(run_dir, private_key, outcomes=outcomes, bundle=loaded, out=out)
         except AttestationError as exc:
-            refuse(exc.code, exc.message, exit_code=1 if exc.code == "run_not_intact" else 2)
+            integrity = exc.code == "run_not_intact"
+            refuse(exc.code, exc.message, exit_code=EXIT_INTEGRITY if integrity else EXIT_USAGE)
         except AuditInputError as exc:
             refuse(exc.code, exc.message)
         except OSError as exc:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, assert_never
 
 import typer
 
 from kernel.commands._io import read_document, refuse
+from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.identity import canonical_json
 from kernel.orchestrate import (
     ATTESTATION_FILE,
@@ -43,10 +44,14 @@ bundle and the stored certifications. With --verify-key, the DSSE envelope
 written by `kernel attest` is verified (Ed25519 over the DSSE PAE) and each
 subject's digest recomputed.
 
-Exit codes: 0 intact (every id reproduces, and the attestation verifies when
---verify-key is given); 1 at least one id or signature does not reproduce
-(each is listed); 2 input refused (RUN_DIR is not a stored run, an unreadable
-outcomes file, bundle or key), one line 'error: <code>: <message>' on stderr."""
+Exit codes (the kernel's scheme, README "Exit codes"): 0 intact (every id
+reproduces, and the attestation verifies when --verify-key is given);
+2 input refused (RUN_DIR is not a stored run, an unreadable outcomes file,
+bundle or key), one line 'error: <code>: <message>' on stderr; 3 integrity:
+the stored run is not what was recorded, at least one id, binding or
+outcome does not reproduce, or the attestation does not verify (wrong key,
+altered payload or signature, a subject changed; each is listed). Exit 1
+(a policy verdict) is not used: an audit has no policy to fail."""
 
 
 class OutputFormat(enum.Enum):
@@ -123,5 +128,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(canonical_json(document).decode("utf-8"))
             case OutputFormat.TEXT:
                 _print_text(report, problems)
+            case _:
+                assert_never(output_format)
         if not report.intact or problems:
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_INTEGRITY)

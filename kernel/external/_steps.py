@@ -18,6 +18,7 @@ import stat
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import assert_never
 
 import attrs
 
@@ -374,6 +375,8 @@ def _reason_for(role: Role, status: ProcessStatus) -> Reason:
             return Reason.LAUNCH_FAILED
         case ProcessStatus.EXITED:
             return Reason.PRODUCER_FAILED if role is Role.PRODUCER else Reason.CHECKER_FAILED
+        case _:
+            assert_never(status)
 
 
 def _sealed_command(

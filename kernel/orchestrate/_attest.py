@@ -42,7 +42,7 @@ import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, assert_never, final
 
 from kernel.identity import JsonValue, canonical_json, digest
 from kernel.orchestrate._audit import (
@@ -282,6 +282,8 @@ def attest_run(
             predicate["outcomes"] = [parse_json(line) for line in lines]
         case RunLayout.EXTERNAL_RUN:
             predicate["run"] = _external_predicate(root)
+        case _:
+            assert_never(report.layout)
     statement: JsonValue = {
         "_type": STATEMENT_TYPE,
         "predicate": predicate,

@@ -1,0 +1,213 @@
+"""The audit of one external run directory (``kernel check run``, seed 003; ADR-0010).
+
+``audit_external`` recomputes the job and check digests, every recorded
+file's SHA-256, the input and evidence digests, what the requests and the
+checker's receipt bind, and that status, reason and verdict go together;
+it reports files no record lists, and audits each retained replay the same
+way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernel.external import RunMetadata, Status, Verdict
+from kernel.identity import JsonValue, digest
+from kernel.orchestrate._audit_store import (
+    METADATA,
+    AuditCode,
+    Auditor,
+    field_of,
+    pairs_digest,
+    tree_names,
+)
+
+# --- one external run directory (seed 003) -------------------------------------------
+
+
+def audit_external(a: Auditor, run: Path) -> RunMetadata | None:
+    meta_path = run / METADATA
+    metadata = a.typed(meta_path, RunMetadata)
+    if metadata is None:
+        return None
+    _symlinked_dirs(a, run)
+    job = a.document(run / "job.json")
+    if isinstance(job, dict):
+        a.compare(
+            run / "job.json",
+            "job_digest",
+            job.get("job_digest"),
+            digest({**job, "job_digest": ""}),
+            AuditCode.ID_MISMATCH,
+        )
+        a.compare(meta_path, "job_digest", metadata.job_digest, job.get("job_digest"))
+        a.compare(meta_path, "job_id", metadata.job_id, job.get("job_id"))
+    identity = a.document(run / "identity.json") if metadata.check_digest is not None else None
+    if identity is not None:
+        a.compare(
+            meta_path,
+            "check_digest",
+            metadata.check_digest,
+            digest(identity),
+            AuditCode.ID_MISMATCH,
+        )
+        a.compare(meta_path, "check_id", metadata.check_id, field_of(identity, "check_id"))
+    _audit_tree(a, run / "snapshot", "input", [(d.path, d.sha256) for d in metadata.inputs])
+    if metadata.input_digest is not None:
+        a.compare(
+            meta_path,
+            "input_digest",
+            metadata.input_digest,
+            pairs_digest([(d.path, d.sha256) for d in metadata.inputs]),
+            AuditCode.ID_MISMATCH,
+        )
+    if metadata.specification_digest is not None:
+        specification = field_of(field_of(identity, "claim"), "specification")
+        by_path = {d.path: d.sha256 for d in metadata.inputs}
+        a.compare(
+            meta_path,
+            "specification_digest",
+            metadata.specification_digest,
+            by_path.get(specification) if isinstance(specification, str) else None,
+        )
+    if metadata.evidence_digest is not None:
+        _audit_tree(
+            a, run / "evidence", "artifact", [(d.path, d.sha256) for d in metadata.artifacts]
+        )
+        a.compare(
+            meta_path,
+            "evidence_digest",
+            metadata.evidence_digest,
+            pairs_digest([(d.path, d.sha256) for d in metadata.artifacts]),
+            AuditCode.ID_MISMATCH,
+        )
+    for role, summary, request_sha in (
+        ("producer", metadata.producer, metadata.producer_request_sha256),
+        ("checker", metadata.checker, metadata.checker_request_sha256),
+    ):
+        if request_sha is not None:
+            a.file_digest(run / role / "request.json", f"{role}_request_sha256", request_sha)
+            _audit_request(a, run / role / "request.json", metadata, identity, role)
+        if summary is not None:
+            a.file_digest(run / role / "stdout.log", f"{role}.stdout_sha256", summary.stdout_sha256)
+            a.file_digest(run / role / "stderr.log", f"{role}.stderr_sha256", summary.stderr_sha256)
+    if metadata.receipt_sha256 is not None:
+        a.file_digest(run / "checker" / "receipt.json", "receipt_sha256", metadata.receipt_sha256)
+    if metadata.verdict is not None:
+        _audit_checker_receipt(a, run / "checker" / "receipt.json", metadata, identity)
+    _audit_status(a, meta_path, metadata)
+    replays = run / "replays"
+    if replays.is_dir() and not replays.is_symlink():
+        for child in sorted(replays.iterdir()):
+            if child.is_dir() and not child.is_symlink():
+                audit_external(a, child)
+    return metadata
+
+
+def _clean_relative(path: str) -> bool:
+    # A recorded path is evidence: one that climbs out of its directory is
+    # reported, never followed.
+    parts = path.split("/")
+    return (
+        bool(path)
+        and not path.startswith("/")
+        and "\\" not in path
+        and "\x00" not in path
+        and all(part not in ("", ".", "..") for part in parts)
+    )
+
+
+def _audit_tree(a: Auditor, root: Path, what: str, recorded: list[tuple[str, str]]) -> None:
+    if root.is_symlink():
+        a.checked += 1
+        a.finding(root, what, AuditCode.NOT_REGULAR, "a symlink where the run keeps a directory")
+        return
+    for path, sha in recorded:
+        if not _clean_relative(path):
+            a.checked += 1
+            a.finding(root, f"{what}:{path}", AuditCode.MALFORMED, "a path outside its directory")
+            continue
+        a.file_digest(root / path, f"{what}:{path}", sha)
+    listed = {path for path, _ in recorded}
+    for extra in sorted(tree_names(root) - listed):
+        if (root / extra).is_dir() and not (root / extra).is_symlink():
+            continue
+        a.finding(
+            root / extra, f"{what}:{extra}", AuditCode.UNDECLARED, "no record lists this file"
+        )
+
+
+def _symlinked_dirs(a: Auditor, run: Path) -> None:
+    for name in ("producer", "checker", "replays"):
+        if (run / name).is_symlink():
+            a.checked += 1
+            a.finding(
+                run / name, name, AuditCode.NOT_REGULAR, "a symlink where the run keeps a directory"
+            )
+
+
+def _audit_request(
+    a: Auditor, path: Path, metadata: RunMetadata, identity: JsonValue | None, role: str
+) -> None:
+    request = a.document(path)
+    if not isinstance(request, dict):
+        return
+    bound: dict[str, object] = {
+        "run_id": metadata.run_id,
+        "job_id": metadata.job_id,
+        "job_digest": metadata.job_digest,
+        "check_id": metadata.check_id,
+        "check_digest": metadata.check_digest,
+        "specification_digest": metadata.specification_digest,
+        "input_digest": metadata.input_digest,
+    }
+    if identity is not None:
+        bound["identity"] = identity
+    if role == "checker":
+        bound["evidence_digest"] = metadata.evidence_digest
+    for name, value in bound.items():
+        if name in request:
+            a.compare(path, f"{role} request {name}", request[name], value)
+
+
+def _audit_checker_receipt(
+    a: Auditor, path: Path, metadata: RunMetadata, identity: JsonValue | None
+) -> None:
+    receipt = a.document(path)
+    if receipt is None:
+        return
+    if not isinstance(receipt, dict):
+        a.finding(path, "receipt", AuditCode.MALFORMED, "the receipt is not a JSON object")
+        return
+    bound: dict[str, object] = {
+        "run_id": metadata.run_id,
+        "job_id": metadata.job_id,
+        "check_id": metadata.check_id,
+        "check_digest": metadata.check_digest,
+        "specification_digest": metadata.specification_digest,
+        "evidence_digest": metadata.evidence_digest,
+        "verdict": metadata.verdict.value if metadata.verdict is not None else None,
+    }
+    if identity is not None:
+        bound["identity"] = identity
+    for name, value in bound.items():
+        a.compare(path, f"receipt {name}", receipt.get(name), value)
+
+
+def _audit_status(a: Auditor, path: Path, metadata: RunMetadata) -> None:
+    # PASS exists only as an accepting, retained, valid receipt (seed 003).
+    a.checked += 1
+    if metadata.status is Status.PASS and (
+        metadata.verdict is not Verdict.ACCEPTED
+        or metadata.receipt_sha256 is None
+        or metadata.evidence_digest is None
+        or metadata.check_digest is None
+    ):
+        a.finding(
+            path,
+            "status",
+            AuditCode.INCONSISTENT,
+            "PASS without an accepting, retained receipt",
+            metadata.status.value,
+            metadata.verdict.value if metadata.verdict is not None else None,
+        )

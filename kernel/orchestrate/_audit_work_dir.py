@@ -1,0 +1,135 @@
+"""The audit of one attempt directory of a ``kernel run`` work directory (ADR-0006, ADR-0010).
+
+Per attempt: its external run (``audit_external``), the certification's
+request and receipt ids, the receipt's evidence digest against the run's
+metadata, the digests the request names, and the stored manifest entry
+against the run's identity.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernel.external import RunOutcome
+from kernel.identity import digest
+from kernel.orchestrate._audit_external import audit_external
+from kernel.orchestrate._audit_store import (
+    METADATA,
+    AuditCode,
+    Auditor,
+    Unreadable,
+    field_of,
+    sha256_file,
+)
+from kernel.orchestrate._certifier import CERTIFICATION_RECORD, backend_output
+from kernel.organs import (
+    CertificationEvidence,
+)
+from kernel.verification import receipt_id_of, request_id_of
+
+# --- a kernel run work directory (ADR-0006) -------------------------------------------
+
+
+def attempt_dirs(root: Path) -> list[Path]:
+    return [
+        child
+        for child in sorted(root.iterdir())
+        if child.is_dir()
+        and not child.is_symlink()
+        and ((child / "run").is_dir() or (child / CERTIFICATION_RECORD).exists())
+    ]
+
+
+def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
+    run = attempt / "run"
+    for name in ("run", "repository"):
+        if (attempt / name).is_symlink():
+            a.checked += 1
+            a.finding(
+                attempt / name,
+                name,
+                AuditCode.NOT_REGULAR,
+                "a symlink where the run keeps a directory",
+            )
+            return None
+    metadata = audit_external(a, run) if (run / METADATA).exists() else None
+    if metadata is None and run.exists() and not (run / METADATA).exists():
+        a.finding(run / METADATA, "file", AuditCode.MISSING, "absent")
+    if metadata is not None:
+        a.compare(run / METADATA, "job_id", metadata.job_id, f"certify-{attempt.name}")
+    _audit_manifest_copy(a, attempt, run)
+    record = attempt / CERTIFICATION_RECORD
+    if not record.exists() and not record.is_symlink():
+        return None
+    evidence = a.typed(record, CertificationEvidence)
+    if evidence is None:
+        return None
+    request, receipt = evidence.request, evidence.receipt
+    a.compare(
+        record, "request_id", request.request_id, request_id_of(request), AuditCode.ID_MISMATCH
+    )
+    a.compare(
+        record, "receipt_id", receipt.receipt_id, receipt_id_of(receipt), AuditCode.ID_MISMATCH
+    )
+    a.compare(record, "receipt request_id", receipt.request_id, request.request_id)
+    settings = {s.name: s.value for s in request.command_configuration.settings}
+    check = settings.get("check-digest")
+    a.compare(record, "receipt backend_version", receipt.backend_version, check)
+    try:
+        problem_sha: str | None = sha256_file(attempt / "repository" / "certification.smt2")
+    except Unreadable as exc:
+        a.finding(attempt / "repository" / "certification.smt2", "file", exc.code, exc.message)
+        problem_sha = None
+    a.compare(record, "problem-digest", settings.get("problem-digest"), problem_sha)
+    if metadata is None:
+        return evidence
+    a.compare(record, "check-digest", check, metadata.check_digest)
+    a.compare(
+        record,
+        "problem-digest (run)",
+        settings.get("problem-digest"),
+        metadata.specification_digest,
+    )
+    # The receipt binds the run's metadata through the backend output document.
+    work_dir = Path(metadata.repository_root).parent.parent
+    output = backend_output(
+        RunOutcome(str(run), metadata),
+        candidate_digest=receipt.candidate.digest,
+        check_digest=receipt.backend_version,
+        work_dir=work_dir,
+    )
+    a.compare(
+        record,
+        "receipt evidence_digest",
+        receipt.evidence_digest,
+        digest(output),
+        AuditCode.ID_MISMATCH,
+    )
+    return evidence
+
+
+def _audit_manifest_copy(a: Auditor, attempt: Path, run: Path) -> None:
+    manifest_path = attempt / "manifest.json"
+    if not manifest_path.exists() or not (run / "identity.json").exists():
+        return
+    manifest = a.document(manifest_path)
+    identity = a.document(run / "identity.json")
+    if not isinstance(identity, dict):
+        return
+    checks = field_of(manifest, "checks")
+    entries = (
+        [e for e in checks if isinstance(e, dict) and e.get("check_id") == identity.get("check_id")]
+        if isinstance(checks, list)
+        else []
+    )
+    if len(entries) != 1:
+        a.finding(
+            manifest_path,
+            "entry",
+            AuditCode.BINDING_MISMATCH,
+            "the stored manifest does not hold exactly one entry for the run's check",
+        )
+        return
+    # Every field of the approved entry, pins included, is bound into identity(check).
+    for name, value in sorted(entries[0].items()):
+        a.compare(manifest_path, f"entry {name}", value, identity.get(name))
