@@ -81,17 +81,15 @@ def _build_app() -> typer.Typer:
     from typer.core import TyperGroup
 
     def _usage_code(exc: click_errors.UsageError) -> str:
-        match exc:
-            case click_errors.NoSuchOption():
-                return "unknown_option"
-            case click_errors.MissingParameter():
-                return "missing_parameter"
-            case click_errors.BadParameter():
-                return "invalid_value"
-            case click_errors.BadOptionUsage():
-                return "bad_option_usage"
-            case _:
-                return "usage_error"
+        # click's usage errors are an open hierarchy, so this is a lookup with
+        # a default, not an exhaustive dispatch (most specific class first).
+        codes: tuple[tuple[type[click_errors.UsageError], str], ...] = (
+            (click_errors.NoSuchOption, "unknown_option"),
+            (click_errors.MissingParameter, "missing_parameter"),
+            (click_errors.BadParameter, "invalid_value"),
+            (click_errors.BadOptionUsage, "bad_option_usage"),
+        )
+        return next((code for kind, code in codes if isinstance(exc, kind)), "usage_error")
 
     def _short_help_everywhere(command: click.Command) -> None:
         command.context_settings.setdefault("help_option_names", ["-h", "--help"])

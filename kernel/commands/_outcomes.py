@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, assert_never
 
 import typer
 
@@ -219,6 +219,8 @@ class Emitter:
                                       separators=(",", ":")))
             case OutputFormat.JSONL:
                 pass
+            case _:
+                assert_never(self.format)
         if not self.quiet:
             typer.echo(tally.verdict_line(), err=True)
         return tally.exit_code
