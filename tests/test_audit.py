@@ -6,7 +6,7 @@ command line) with its outcomes file, and a `kernel check run` run directory
 (a real producer/checker pair under the external protocol). Every edit below
 is a byte-level change to a stored file, as someone with write access to the
 store would make it; where an edit reseals an id, the id is recomputed here
-with ``hashlib`` (``hand_digest``), not with the package.
+with ``hashlib`` (``tests.support.reference.sha``), not with the package.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import pytest
 
 from kernel.external import RunLimits, default_environment, replay_run
 from kernel.orchestrate import AuditCode, AuditInputError, RunLayout, audit_run
-from tests.orchestrate_helpers import E2E_BUNDLE, hand_digest
+from tests.orchestrate_helpers import E2E_BUNDLE
+from tests.support.reference import sha
 from tests.test_external_cli import kernel
 from tests.test_external_helpers import Scenario
 
@@ -161,9 +162,9 @@ def test_a_resealed_certification_receipt_is_caught_by_its_evidence_digest(
     record = _attempts(work_dir)[0] / "certification.json"
     document = json.loads(record.read_bytes())
     receipt = document["receipt"]
-    receipt["evidence_digest"] = hand_digest({"forged": True})
+    receipt["evidence_digest"] = sha({"forged": True})
     payload = {k: v for k, v in receipt.items() if k != "receipt_id"}
-    receipt["receipt_id"] = hand_digest(payload)
+    receipt["receipt_id"] = sha(payload)
     record.write_text(json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n")
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 1
@@ -211,7 +212,7 @@ def test_a_resealed_outcome_edit_is_caught_by_rederivation(work: tuple[Path, Pat
     outcome["replay_disposition"] = "contract_and_proof_closed"
     outcome["reason_codes"] = []
     payload = {k: v for k, v in outcome.items() if k != "explanation"}
-    outcome["replay_result_id"] = hand_digest({**payload, "replay_result_id": ""})
+    outcome["replay_result_id"] = sha({**payload, "replay_result_id": ""})
     lines[2] = json.dumps(outcome, sort_keys=True, separators=(",", ":")).encode() + b"\n"
     outcomes.write_bytes(b"".join(lines))
     code, report = _audit(work_dir, "--outcomes", outcomes)

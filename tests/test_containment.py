@@ -10,7 +10,6 @@ after each test finds nothing left.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -34,14 +33,9 @@ from kernel.external import (
     identity_object,
     replay_run,
 )
-from tests.test_external_helpers import (
-    HONEST_PRODUCER,
-    PYTHON,
-    Scenario,
-    canonical,
-    processes_mentioning,
-    sha256_file,
-)
+from tests.support.processes import census, kill_all, new_processes, processes_mentioning
+from tests.support.reference import canonical, sha256_file
+from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
 
 pytestmark = pytest.mark.slow
 
@@ -59,48 +53,6 @@ REJECTING = (
 # --- the census: every process, before and after -------------------------------------
 
 
-def _start_time(pid: int) -> int | None:
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
-
-
-def census() -> set[tuple[int, int]]:
-    """Every live process on the machine, as (pid, start time) so a reused pid is new."""
-    found: set[tuple[int, int]] = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (started := _start_time(int(entry))) is not None:
-            found.add((int(entry), started))
-    return found
-
-
-def _related(pid: int, marker: str) -> bool:
-    """Whether the process names ``marker`` in its command line, working or root directory."""
-    try:
-        if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return True
-        return any(
-            os.readlink(f"/proc/{pid}/{link}").startswith(marker) for link in ("cwd", "root")
-        )
-    except OSError:
-        return False
-
-
-def new_processes(before: set[tuple[int, int]], marker: str) -> list[int]:
-    """Processes alive now that were not before and belong to this test's files.
-
-    The machine is shared (other processes come and go), so a newcomer counts
-    when it names the test's directory, as every process a step starts does.
-    """
-    me = os.getpid()
-    return sorted(pid for pid, _ in census() - before if pid != me and _related(pid, marker))
-
-
 @pytest.fixture(autouse=True)
 def _nothing_left(tmp_path: Path) -> Iterator[None]:
     before = census()
@@ -108,9 +60,7 @@ def _nothing_left(tmp_path: Path) -> Iterator[None]:
     deadline = time.monotonic() + 5.0
     while (left := new_processes(before, str(tmp_path))) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for pid in left:  # never leave them running, even when the test fails
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_all(left)  # never leave them running, even when the test fails
     assert not left, f"processes left behind: {left}"
 
 

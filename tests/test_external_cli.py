@@ -6,21 +6,18 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kernel.serde import dumps
-from tests.test_external_helpers import Scenario, assert_no_leftover, canonical
+from tests.support.reference import canonical
+from tests.test_external_helpers import Scenario
 
 _MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def kernel(*args: str | Path) -> subprocess.CompletedProcess[str]:

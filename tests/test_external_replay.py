@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,10 @@ from kernel.external import (
     default_environment,
     replay_run,
 )
-from tests.test_external_helpers import (
-    HONEST_PRODUCER,
-    Scenario,
-    assert_no_leftover,
-    canonical,
-    sha256_file,
-)
+from tests.support.reference import canonical, sha256_file
+from tests.test_external_helpers import HONEST_PRODUCER, Scenario
 
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def _operator_config(run_dir: Path) -> dict[str, Path]:

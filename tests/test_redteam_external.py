@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,20 +40,13 @@ from kernel.external import (
 )
 from kernel.orchestrate import replay_requests
 from kernel.serde import dumps
-from tests.test_external_helpers import (
-    HONEST_PRODUCER,
-    Scenario,
-    assert_no_leftover,
-    processes_mentioning,
-)
+from tests.support.processes import cmdline, processes_mentioning
+from tests.test_external_helpers import HONEST_PRODUCER, Scenario
 
 T = TypeVar("T")
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def _operator_config(run_dir: Path) -> dict[str, Path]:
@@ -381,7 +374,6 @@ def _venv_with_a_slow_z3(tmp_path: Path) -> Path:
 
 def test_sigterm_to_kernel_run_kills_the_running_certification(tmp_path: Path) -> None:
     from tests.orchestrate_helpers import E2E_BUNDLE
-    from tests.test_external_helpers import processes_mentioning
 
     venv = _venv_with_a_slow_z3(tmp_path)
     out = tmp_path / "outcomes.jsonl"
@@ -405,9 +397,9 @@ def test_sigterm_to_kernel_run_kills_the_running_certification(tmp_path: Path) -
         while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
             time.sleep(0.05)
         left = {
-            pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:160]
+            pid: line[:160]
             for pid in processes_mentioning(str(tmp_path))
-            if Path(f"/proc/{pid}").exists()
+            if (line := cmdline(pid))
         }
         assert not left, f"the certification outlived kernel run: {left}"
     finally:
