@@ -23,6 +23,7 @@ from kernel.external import (
     RunOutcome,
     default_environment,
     load_manifest,
+    replay_run,
     run_check,
     seal_job,
 )
@@ -33,6 +34,8 @@ __all__ = [
     "HONEST_PRODUCER",
     "PYTHON",
     "Scenario",
+    "operator_config",
+    "replay_stored",
 ]
 
 PYTHON = sys.executable
@@ -207,3 +210,25 @@ class Scenario:
             environment=default_environment(),
             **kwargs,
         )
+
+
+def operator_config(run_dir: Path) -> dict[str, Path]:
+    """The operator's manifest and repository: the Scenario's files above the run.
+
+    Found from the test's own layout, never from anything the run recorded.
+    """
+    for folder in Path(run_dir).parents:
+        if (folder / "manifest.json").is_file() and (folder / "repo").is_dir():
+            return {"manifest_path": folder / "manifest.json", "repository_root": folder / "repo"}
+    raise AssertionError(f"no Scenario above {run_dir}")
+
+
+def replay_stored(run_dir: str | Path, replay_id: str = "replay-1", **kwargs: Any) -> RunOutcome:
+    """``replay_run`` of a stored run with the operator's configuration (``kwargs`` override)."""
+    return replay_run(
+        Path(run_dir),
+        **{**operator_config(Path(run_dir)), **kwargs},
+        replay_id=replay_id,
+        limits=RunLimits(30.0, 30.0),
+        environment=default_environment(),
+    )

@@ -28,47 +28,22 @@ from kernel.external import (
     ManifestError,
     Reason,
     RunDirectoryError,
-    RunLimits,
     RunOutcome,
     RunRecordError,
     Status,
-    default_environment,
     load_job,
     load_manifest,
-    replay_run,
     seal_job,
 )
 from kernel.orchestrate import replay_requests
 from kernel.serde import dumps
 from tests.support.processes import cmdline, processes_mentioning
-from tests.test_external_helpers import HONEST_PRODUCER, Scenario
+from tests.test_external_helpers import HONEST_PRODUCER, Scenario, replay_stored
 
 T = TypeVar("T")
 
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
-
-
-def _operator_config(run_dir: Path) -> dict[str, Path]:
-    """The operator's manifest and repository: the Scenario's files above the run.
-
-    Found from the test's own layout, never from anything the run recorded.
-    """
-    for folder in Path(run_dir).parents:
-        if (folder / "manifest.json").is_file() and (folder / "repo").is_dir():
-            return {"manifest_path": folder / "manifest.json", "repository_root": folder / "repo"}
-    raise AssertionError(f"no Scenario above {run_dir}")
-
-
-def _replay(run_dir: str | Path, replay_id: str = "replay-1", **kwargs: Any) -> RunOutcome:
-    return replay_run(
-        Path(run_dir),
-        **{**_operator_config(Path(run_dir)), **kwargs},
-        replay_id=replay_id,
-        limits=RunLimits(30.0, 30.0),
-        environment=default_environment(),
-        **kwargs,
-    )
 
 
 def _release(fifo: Path) -> None:
@@ -110,7 +85,7 @@ def test_replay_of_a_run_whose_metadata_is_a_fifo_is_refused_not_hung(tmp_path: 
     metadata.unlink()
     os.mkfifo(metadata)
     with pytest.raises(RunRecordError) as caught:
-        _within(5.0, metadata, lambda: _replay(run.attempt_dir))
+        _within(5.0, metadata, lambda: replay_stored(run.attempt_dir))
     assert caught.value.code == "metadata_unreadable"
 
 
@@ -120,7 +95,7 @@ def test_replay_of_a_run_whose_job_is_a_fifo_is_refused_not_hung(tmp_path: Path)
     job.unlink()
     os.mkfifo(job)
     with pytest.raises(RunRecordError) as caught:
-        _within(5.0, job, lambda: _replay(run.attempt_dir))
+        _within(5.0, job, lambda: replay_stored(run.attempt_dir))
     assert caught.value.code == "retained_job_unreadable"
 
 
@@ -281,7 +256,7 @@ def test_replay_never_follows_a_replays_symlink_planted_in_the_run(tmp_path: Pat
     run = Scenario(tmp_path, producer=HONEST_PRODUCER + plant).run()
     assert run.status is Status.PASS  # replays/ is not the run's business
     with pytest.raises(RunRecordError) as caught:
-        _replay(run.attempt_dir)
+        replay_stored(run.attempt_dir)
     assert caught.value.code == "replays_not_directory"
     assert list(elsewhere.iterdir()) == []
 
@@ -293,7 +268,7 @@ def test_replay_of_a_run_whose_job_was_swapped_is_refused(tmp_path: Path) -> Non
     other = seal_job("job-2", "demo", "a job this run never ran")
     Path(run.attempt_dir, "job.json").write_bytes(dumps(other) + b"\n")
     with pytest.raises(RunRecordError) as caught:
-        _replay(run.attempt_dir)
+        replay_stored(run.attempt_dir)
     assert caught.value.code == "retained_job_mismatch"
     assert not Path(run.attempt_dir, "replays", "replay-1").exists()
 
@@ -306,7 +281,7 @@ def test_replay_of_a_run_whose_job_is_a_symlink_is_refused(tmp_path: Path) -> No
     job.unlink()
     job.symlink_to(copy)
     with pytest.raises(RunRecordError) as caught:
-        _replay(run.attempt_dir)
+        replay_stored(run.attempt_dir)
     assert caught.value.code == "retained_job_unreadable"
 
 
