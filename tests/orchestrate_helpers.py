@@ -14,6 +14,7 @@ from kernel.external import CheckEntry, RunLimits, default_environment
 from kernel.orchestrate import ExternalCertifier, certification_entry, discover_tools
 from kernel.replay import ReplayBundle
 from kernel.serde import loads
+from tests.support.cli import kernel
 
 __all__ = [
     "E2E_BUNDLE",
@@ -21,6 +22,7 @@ __all__ = [
     "certifier",
     "e2e_bundle",
     "shipped_entry",
+    "stored_main_job",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,3 +49,11 @@ def certifier(
         RunLimits(producer_seconds, 60.0),
         default_environment(),
     )
+
+
+def stored_main_job(base: Path) -> tuple[Path, Path]:
+    """``kernel run`` of the shipped e2e bundle under ``base``: (work directory, outcomes file)."""
+    work, out = base / "work", base / "outcomes.jsonl"
+    done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
+    assert done.returncode == 0, done.stderr
+    return work, out

@@ -25,8 +25,8 @@ from in_toto.models.metadata import Envelope, Metadata
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # re-exported without __all__
 
-from tests.orchestrate_helpers import E2E_BUNDLE
-from tests.test_external_cli import kernel
+from tests.orchestrate_helpers import stored_main_job
+from tests.support.cli import kernel
 from tests.test_external_helpers import Scenario
 
 PREDICATE = "urn:replay-kernel:predicate:run-outcomes:v1"
@@ -34,11 +34,8 @@ PREDICATE = "urn:replay-kernel:predicate:run-outcomes:v1"
 
 @pytest.fixture(scope="module")
 def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("e2e")
-    work, out = base / "work", base / "outcomes.jsonl"
-    done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
-    assert done.returncode == 0, done.stderr
-    return work, out
+    """A real `kernel run` work directory and its outcomes file (made once)."""
+    return stored_main_job(tmp_path_factory.mktemp("e2e"))
 
 
 @pytest.fixture(scope="module")

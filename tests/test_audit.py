@@ -21,9 +21,9 @@ import pytest
 
 from kernel.external import RunLimits, default_environment, replay_run
 from kernel.orchestrate import AuditCode, AuditInputError, RunLayout, audit_run
-from tests.orchestrate_helpers import E2E_BUNDLE
+from tests.orchestrate_helpers import E2E_BUNDLE, stored_main_job
+from tests.support.cli import kernel
 from tests.support.reference import sha
-from tests.test_external_cli import kernel
 from tests.test_external_helpers import Scenario
 
 DIGEST_LINE = "0" * 64
@@ -32,11 +32,7 @@ DIGEST_LINE = "0" * 64
 @pytest.fixture(scope="module")
 def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A real `kernel run` work directory and its outcomes file (made once)."""
-    base = tmp_path_factory.mktemp("e2e")
-    work, out = base / "work", base / "outcomes.jsonl"
-    done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
-    assert done.returncode == 0, done.stderr
-    return work, out
+    return stored_main_job(tmp_path_factory.mktemp("e2e"))
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 
 from kernel.external import ClosureError, pin_closure
 from tests.orchestrate_helpers import shipped_entry
-from tests.test_external_cli import kernel
+from tests.support.cli import kernel
 
 LDD = shutil.which("ldd")
 needs_ldd = pytest.mark.skipif(LDD is None, reason="ldd (glibc) is not installed")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_external_cli import kernel
+from tests.support.cli import kernel
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftovers")]
 

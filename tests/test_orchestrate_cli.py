@@ -15,7 +15,7 @@ from kernel.commands.replay import outcome_lines
 from kernel.orchestrate import replay_bundle
 from kernel.organs import CERTIFIED_MANIFEST
 from tests.orchestrate_helpers import E2E_BUNDLE, ROOT, certifier, e2e_bundle
-from tests.test_external_cli import kernel
+from tests.support.cli import kernel
 
 runner = CliRunner()
 DISPOSITIONS = [

@@ -44,8 +44,8 @@ from kernel.orchestrate import (
 from kernel.organs import CERTIFIED_MANIFEST
 from kernel.replay import ContractClosed, ProofEvidence
 from tests.orchestrate_helpers import E2E_BUNDLE, certifier, e2e_bundle
+from tests.support.cli import kernel
 from tests.support.processes import assert_no_new_descendants, descendants
-from tests.test_external_cli import kernel
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftovers")]
 

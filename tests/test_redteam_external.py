@@ -37,6 +37,7 @@ from kernel.external import (
 )
 from kernel.orchestrate import replay_requests
 from kernel.serde import dumps
+from tests.support.cli import KERNEL_MAIN
 from tests.support.processes import cmdline, processes_mentioning
 from tests.test_external_helpers import HONEST_PRODUCER, Scenario, replay_stored
 
@@ -328,9 +329,6 @@ def test_a_pass_for_another_specification_never_closes_the_target(
 
 # --- kernel run under SIGTERM: the running certification's processes die with it ------
 
-_MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
-
-
 def _venv_with_a_slow_z3(tmp_path: Path) -> Path:
     """A venv-shaped directory whose ``z3`` never answers (the interpreter is the real one)."""
     config = Path(sys.prefix) / "pyvenv.cfg"
@@ -353,7 +351,7 @@ def test_sigterm_to_kernel_run_kills_the_running_certification(tmp_path: Path) -
     venv = _venv_with_a_slow_z3(tmp_path)
     out = tmp_path / "outcomes.jsonl"
     kernel = subprocess.Popen(
-        [str(venv / "bin" / "python"), "-c", _MAIN, "run", str(E2E_BUNDLE),
+        [str(venv / "bin" / "python"), "-c", KERNEL_MAIN, "run", str(E2E_BUNDLE),
          "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip

@@ -32,7 +32,7 @@ from kernel.verification import (
 )
 from tests import verification_strategies as vs
 from tests.support import reference as ref
-from tests.test_external_cli import kernel
+from tests.support.cli import kernel
 
 NO_HISTORY = RepairHistory(prior_candidates=(), pre_repair_evidence_digests=())
 

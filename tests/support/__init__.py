@@ -6,6 +6,7 @@
   package's private helpers).
 - ``processes``: the one ``/proc`` scanner (what runs, who started it, what
   it names) and the assertions built on it (nothing left behind).
+- ``cli``: the real command line run in a fresh interpreter (``kernel``).
 - ``fixtures``: pytest fixtures shared by many modules (``no_leftovers``),
   registered for the whole suite by ``tests/conftest.py``.
 """
