@@ -115,7 +115,8 @@ def stage_of(state: object) -> str:
             return RESULT
         case ReplayAdapterRefusal():
             return REFUSAL
-    raise AssertionError(f"not a state of the machine: {state!r}")
+        case _:
+            raise AssertionError(f"not a state of the machine: {state!r}")
 
 
 @attrs.define
