@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from kernel.cli import app
 from kernel.replay import ReplayAdapterRefusal, ReplayAdapterResult
 from kernel.serde import loads
+from tests.support import reference as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "replay"
@@ -84,8 +85,7 @@ def test_replay_emits_one_canonical_outcome_per_attempt_in_run_order(tmp_path: P
     for line, replay_input in zip(lines, bundle["inputs"], strict=True):
         record = json.loads(line)
         # canonical: re-encoding with the ADR's settings gives the same bytes
-        assert json.dumps(record, ensure_ascii=False, sort_keys=True,
-                          separators=(",", ":")).encode() == line
+        assert ref.canonical(record) == line
         kind = ReplayAdapterResult if "replay_result_id" in record else ReplayAdapterRefusal
         loads(line, kind)
         if kind is ReplayAdapterResult:

@@ -116,9 +116,9 @@ def assert_process_gone(pid: int, *, within: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def assert_no_leftover(tmp_path: Path) -> None:
+def assert_no_leftover(tmp_path: Path, *, within: float = 5.0) -> None:
     """No process started for this test (they all mention tmp_path) is still alive."""
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + within
     while (alive := processes_mentioning(str(tmp_path))) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive, f"processes left behind: {alive}"
