@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,14 +32,21 @@ from kernel.external import (
     identity_object,
     replay_run,
 )
+from tests.support.cli import KERNEL_MAIN
 from tests.support.processes import census, kill_all, new_processes, processes_mentioning
 from tests.support.reference import canonical, sha256_file
 from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
 
 pytestmark = pytest.mark.slow
 
-LEVELS = [ContainmentLevel.NAMESPACE, ContainmentLevel.SUBREAPER]
-_MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
+_NO_NAMESPACES = pytest.mark.skipif(
+    available_level() is not ContainmentLevel.NAMESPACE,
+    reason="this machine refuses unprivileged user+PID namespaces (the subreaper case still runs)",
+)
+LEVELS = [
+    pytest.param(ContainmentLevel.NAMESPACE, id="namespace", marks=_NO_NAMESPACES),
+    pytest.param(ContainmentLevel.SUBREAPER, id="subreaper"),
+]
 
 REJECTING = (
     "def mutate(r):\n"
@@ -156,7 +162,7 @@ def _forging_producer(tmp_path: Path, how: str) -> str:
     )
 
 
-@pytest.mark.parametrize("level", LEVELS, ids=lambda level: level.value)
+@pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("how", ["setsid", "setpgid"])
 def test_a_producer_daemon_cannot_forge_the_checkers_receipt(
     tmp_path: Path, how: str, level: ContainmentLevel
@@ -192,7 +198,7 @@ _STUBBORN = (
 )
 
 
-@pytest.mark.parametrize("level", LEVELS, ids=lambda level: level.value)
+@pytest.mark.parametrize("level", LEVELS)
 def test_sigkill_to_kernel_mid_step_leaves_no_process_of_the_step(
     tmp_path: Path, level: ContainmentLevel
 ) -> None:
@@ -205,7 +211,7 @@ def test_sigkill_to_kernel_mid_step_leaves_no_process_of_the_step(
         "description": scenario.job.description, "job_digest": scenario.job.job_digest,
     }))  # fmt: skip
     kernel = subprocess.Popen(
-        [PYTHON, "-c", _MAIN, "check", "run", str(scenario.manifest_path), "demo",
+        [PYTHON, "-c", KERNEL_MAIN, "check", "run", str(scenario.manifest_path), "demo",
          "--job", str(job), "--run-root", str(scenario.run_root), "--repo", str(scenario.repo),
          "--max-containment", level.value],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -323,14 +329,14 @@ def test_an_edited_metadata_cannot_choose_the_manifest_replay_uses(tmp_path: Pat
     meta_path.write_text(json.dumps(meta))
     # The CLI never falls back to what the run recorded: no manifest, no replay.
     bare = subprocess.run(
-        [PYTHON, "-c", _MAIN, "check", "replay", run.attempt_dir, "--replay-id", "bare"],
+        [PYTHON, "-c", KERNEL_MAIN, "check", "replay", run.attempt_dir, "--replay-id", "bare"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bare.returncode == 2 and bare.stdout == "", bare.stdout
     assert not Path(run.attempt_dir, "replays", "bare").exists()
     # With the operator's manifest and repository, the operator's checker judges.
     done = subprocess.run(
-        [PYTHON, "-c", _MAIN, "check", "replay", run.attempt_dir, "--replay-id", "audit",
+        [PYTHON, "-c", KERNEL_MAIN, "check", "replay", run.attempt_dir, "--replay-id", "audit",
          "--manifest", str(scenario.manifest_path), "--repo", str(scenario.repo)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -399,12 +405,10 @@ def test_a_required_level_enters_the_check_identity(tmp_path: Path) -> None:
     assert strict["required_containment"] == "subreaper"
 
 
-@pytest.mark.parametrize("level", LEVELS, ids=lambda level: level.value)
+@pytest.mark.parametrize("level", LEVELS)
 def test_the_level_used_is_recorded_and_bound_into_both_requests(
     tmp_path: Path, level: ContainmentLevel
 ) -> None:
-    if available_level() is not ContainmentLevel.NAMESPACE and level is ContainmentLevel.NAMESPACE:
-        pytest.skip("this machine gives no user+PID namespaces")
     outcome = Scenario(tmp_path).run(max_containment=level)
     assert outcome.status is Status.PASS, outcome.metadata.detail
     assert outcome.metadata.containment is level
@@ -415,13 +419,11 @@ def test_the_level_used_is_recorded_and_bound_into_both_requests(
         assert request["containment"] == level.value
 
 
-def test_this_machine_gives_namespaces() -> None:
-    # The CI machines and the development machine allow unprivileged user
-    # namespaces; if that ever changes, the namespace tests above lose meaning.
-    if sys.platform != "linux":
-        pytest.skip("Linux only")
-    assert available_level() is ContainmentLevel.NAMESPACE
+@_NO_NAMESPACES
+def test_a_run_uses_namespaces_where_the_machine_gives_them(tmp_path: Path) -> None:
+    # Never silently weaker: with no cap, a run takes the strongest level.
     assert available_level(ContainmentLevel.SUBREAPER) is ContainmentLevel.SUBREAPER
+    assert Scenario(tmp_path).run().metadata.containment is ContainmentLevel.NAMESPACE
 
 
 def test_a_consistently_rewritten_run_store_is_caught_by_the_operators_digest(

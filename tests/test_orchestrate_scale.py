@@ -46,6 +46,7 @@ from kernel.replay import ContractClosed, ProofEvidence
 from tests.orchestrate_helpers import E2E_BUNDLE, certifier, e2e_bundle
 from tests.support.cli import kernel
 from tests.support.processes import assert_no_new_descendants, descendants
+from tests.support.reference import canonical
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftovers")]
 
@@ -108,6 +109,16 @@ def inline(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 @pytest.fixture(scope="module")
 def no_evidence() -> bytes:
     return outcome_lines(replay_bundle(e2e_bundle(), CERTIFIED_MANIFEST, NoEvidence()))
+
+
+def _envelopes(data: bytes) -> bytes:
+    """The CLI's outcome lines for bare outcome lines, built here independently."""
+    ids = [a.attempt_id for a in e2e_bundle().chain.run.candidate_attempts]
+    return b"".join(
+        canonical({"attempt_id": ids[index], "attempt_index": index,
+                   "outcome": json.loads(line)}) + b"\n"
+        for index, line in enumerate(data.splitlines())
+    )
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -389,9 +400,9 @@ def test_kernel_run_on_an_executor_writes_the_inline_bytes(
 ) -> None:
     out = tmp_path / "outcomes.jsonl"
     done = kernel("run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--out", out, *options)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # the bundle's tampered attempt: integrity
     assert "Traceback" not in done.stderr and "note:" not in done.stderr
-    assert out.read_bytes() == inline
+    assert out.read_bytes() == _envelopes(inline)
 
 
 def test_kernel_run_on_a_running_scheduler_writes_the_inline_bytes(
@@ -402,9 +413,9 @@ def test_kernel_run_on_a_running_scheduler_writes_the_inline_bytes(
         "run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--out", out, "--quiet",
         "--executor", "dask", "--scheduler", scheduler_address,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # the bundle's tampered attempt: integrity
     assert done.stderr == ""
-    assert out.read_bytes() == inline
+    assert out.read_bytes() == _envelopes(inline)
 
 
 @pytest.mark.parametrize(

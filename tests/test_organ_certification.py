@@ -4,7 +4,7 @@ The SMT problems are decided by the real solvers the orchestrator runs (the
 ``z3`` binary next to the interpreter, and cvc5 through its Python API).
 Receipts are built with the real ``plan_verification``/``seal_verification``
 as an independent Test Engineer. Identities are recomputed with the tests' own
-hashlib/json code (``_sha`` below and ``tests/reference.py``).
+hashlib/json code (``tests/support/reference.py``).
 """
 
 from __future__ import annotations

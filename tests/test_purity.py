@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "kernel"
 
 PURE_PATHS = [
     "identity.py", "serde.py", "frames.py", "upstream.py", "_values.py", "drafts.py",
-    "schemas.py", "replay", "verification", "organs",
+    "schemas.py", "bundles.py", "replay", "verification", "organs",
 ]
 ALLOWED_MODULES = {
     "__future__", "typing", "typing_extensions", "collections", "collections.abc", "enum",
@@ -27,10 +27,14 @@ ALLOWED_MODULES = {
     # I/O, clock or randomness). kernel.identity uses it only where
     # tests/test_identity_fast.py proves its bytes equal to json.dumps (ADR-0007).
     "orjson",
+    # decimal: exact int <-> text conversion that the interpreter's int/str
+    # limit does not reach (kernel.identity.int_text; construction and str()
+    # of an integral Decimal ignore the context, so the result is the value's).
+    "decimal",
 }
 PURE_KERNEL_PREFIXES = (
     "kernel.identity", "kernel.serde", "kernel.frames", "kernel.upstream", "kernel._values",
-    "kernel.drafts", "kernel.schemas",
+    "kernel.drafts", "kernel.schemas", "kernel.bundles",
     "kernel.replay", "kernel.verification", "kernel.organs",
 )
 FORBIDDEN_CALLS = {

@@ -17,10 +17,11 @@ BUNDLE = ROOT / "examples" / "replay" / "bundle.json"
 
 def _replay_in_subprocess(tmp: Path, env: dict[str, str]) -> bytes:
     done = subprocess.run(
-        [sys.executable, "-m", "kernel.cli", "replay", str(BUNDLE), "--quiet"],
+        [sys.executable, "-m", "kernel.cli", "replay", str(BUNDLE), "--quiet",
+         "--format", "jsonl"],
         cwd=tmp, env=env, capture_output=True, check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # the example's tampered attempt (integrity)
     return done.stdout
 
 
@@ -78,6 +79,8 @@ def test_the_replay_package_imports_only_the_pure_core() -> None:
                 stack += [a.name for a in node.names if a.name.startswith("kernel")]
     assert seen <= {
         "kernel.replay", "kernel.replay._authority", "kernel.replay._machine",
-        "kernel.replay._records", "kernel.replay._inputs", "kernel.frames", "kernel.upstream",
+        "kernel.replay._records", "kernel.replay._inputs", "kernel.replay._guards",
+        "kernel.replay._facts", "kernel.replay._reasons", "kernel.replay._outputs",
+        "kernel.frames", "kernel.upstream",
         "kernel.identity", "kernel._values",
     }, seen

@@ -7,7 +7,10 @@ state machine")::
     ReplayRequest --validate--> Validated --replay_contract--> ContractClosed
         --replay_proofs--> ProofsReplayed --dispose--> ReplayAdapterResult
 
-and any arrow may end in a terminal outcome instead. The scenario, drawn
+and any arrow may end in a terminal outcome instead; the driver's two
+public half-steps (``begin_attempt``: validate then contract replay;
+``finish_attempt``: proof replay then dispose) are rules too, so a run may mix
+them with the single transitions. The scenario, drawn
 before the first step, may tamper with the request and swap in failing
 authorities (those of ``test_replay_stateful.py``). The model is the diagram
 as a table (which state each transition accepts and which it may give) plus
@@ -60,7 +63,9 @@ from kernel.replay import (
     ReplayMisuseError,
     ReplayRequest,
     Validated,
+    begin_attempt,
     dispose,
+    finish_attempt,
     replay_attempt,
     replay_contract,
     replay_proofs,
@@ -81,12 +86,16 @@ S = ProofStatus
 REQUEST, VALIDATED, CLOSED, REPLAYED = "request", "validated", "contract_closed", "proofs"
 RESULT, REFUSAL = "result", "refusal"
 ACCEPTS = {"validate": REQUEST, "replay_contract": VALIDATED,
-           "replay_proofs": CLOSED, "dispose": REPLAYED}  # fmt: skip
+           "replay_proofs": CLOSED, "dispose": REPLAYED,
+           "begin_attempt": REQUEST, "finish_attempt": CLOSED}  # fmt: skip
 GIVES = {
     "validate": {VALIDATED, REFUSAL},
     "replay_contract": {CLOSED, RESULT, REFUSAL},
     "replay_proofs": {REPLAYED, REFUSAL},
     "dispose": {RESULT},
+    # the half-steps: two arrows each
+    "begin_attempt": {CLOSED, RESULT, REFUSAL},
+    "finish_attempt": {RESULT, REFUSAL},
 }
 TERMINAL = {RESULT, REFUSAL}
 
@@ -164,9 +173,13 @@ class Transitions:
     replay_contract: Callable[[Any], Any]
     replay_proofs: Callable[[Any], Any]
     dispose: Callable[[Any], Any]
+    begin_attempt: Callable[[object, AuthorityManifest], Any]
+    finish_attempt: Callable[[Any], Any]
 
 
-REAL = Transitions(validate, replay_contract, replay_proofs, dispose)
+REAL = Transitions(
+    validate, replay_contract, replay_proofs, dispose, begin_attempt, finish_attempt
+)
 
 
 class TransitionMachine(RuleBasedStateMachine):
@@ -275,9 +288,40 @@ class TransitionMachine(RuleBasedStateMachine):
         assert isinstance(self.state, ReplayAdapterResult)
         assert self.state.replay_disposition is self.model.disposition()
 
+    # --- the driver's half-steps ---------------------------------------------------------
+
+    @precondition(lambda self: self.stage == REQUEST)
+    @rule()
+    def begin_attempt(self) -> None:
+        self.advance(
+            "begin_attempt", self.transitions.begin_attempt(self.state, self.manifest(self.log))
+        )
+        if self.model.tampered:
+            assert self.stage == REFUSAL, "a tampered chain began"
+            return
+        self.expected_calls += self.model.contract_calls()
+        stage, disposition = self.model.after_contract()
+        assert self.stage == stage, f"begin_attempt gave {self.stage}, the model {stage}"
+        if disposition is not None:
+            assert isinstance(self.state, ReplayAdapterResult | ReplayAdapterRefusal)
+            assert self.state.replay_disposition is disposition
+
+    @precondition(lambda self: self.stage == CLOSED)
+    @rule()
+    def finish_attempt(self) -> None:
+        self.advance("finish_attempt", self.transitions.finish_attempt(self.state))
+        self.expected_calls += self.model.proof_calls()
+        stage, disposition = self.model.after_proofs()
+        if stage == REFUSAL:
+            assert isinstance(self.state, ReplayAdapterRefusal)
+            assert self.state.replay_disposition is disposition
+        else:
+            assert isinstance(self.state, ReplayAdapterResult)
+            assert self.state.replay_disposition is self.model.disposition()
+
     # --- misuse ------------------------------------------------------------------------
 
-    @rule(name=st.sampled_from(["replay_contract", "replay_proofs", "dispose"]))
+    @rule(name=st.sampled_from(["replay_contract", "replay_proofs", "dispose", "finish_attempt"]))
     def call_a_transition_with_the_wrong_state(self, name: str) -> None:
         if ACCEPTS[name] == self.stage:
             return  # the right state: that is the transition rule's business
@@ -288,10 +332,10 @@ class TransitionMachine(RuleBasedStateMachine):
         assert dumps(self.request) == before and self.log.calls == calls
 
     @precondition(lambda self: self.stage != REQUEST)
-    @rule()
-    def validate_a_state_that_is_not_a_request(self) -> None:
+    @rule(name=st.sampled_from(["validate", "begin_attempt"]))
+    def validate_a_state_that_is_not_a_request(self, name: str) -> None:
         calls = list(self.log.calls)
-        refused = self.transitions.validate(self.state, self.manifest(self.log))
+        refused = getattr(self.transitions, name)(self.state, self.manifest(self.log))
         assert isinstance(refused, ReplayAdapterRefusal)
         assert refused.replay_disposition is D.INVALID_REPLAY_INPUT
         assert refused.replay_refusal_id == reference.refusal_id(refused)
