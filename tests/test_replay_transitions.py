@@ -245,11 +245,19 @@ class TransitionMachine(RuleBasedStateMachine):
         assert self.stage in GIVES[name], f"{name} gave {self.stage}"
         assert dumps(self.request) == before, f"{name} mutated the request"
 
+    def expect(self, name: str, stage: str, disposition: ReplayDisposition | None = None) -> None:
+        """The state is the one the model predicts (and, when terminal, its disposition)."""
+        assert self.stage == stage, f"{name} gave {self.stage}, the model {stage}"
+        if disposition is not None:
+            assert isinstance(self.state, ReplayAdapterResult | ReplayAdapterRefusal)
+            got = self.state.replay_disposition
+            assert got is disposition, f"{name} disposed {got.value}, the model {disposition.value}"
+
     @precondition(lambda self: self.stage == REQUEST)
     @rule()
     def validate(self) -> None:
         self.advance("validate", self.transitions.validate(self.state, self.manifest(self.log)))
-        assert self.stage == self.model.after_validate(), "validation disagrees with the model"
+        self.expect("validate", self.model.after_validate())
         if isinstance(self.state, ReplayAdapterRefusal):
             assert self.state.replay_disposition is not D.PROOF_REPLAY_UNAVAILABLE
 
@@ -258,53 +266,39 @@ class TransitionMachine(RuleBasedStateMachine):
     def replay_contract(self) -> None:
         self.advance("replay_contract", self.transitions.replay_contract(self.state))
         self.expected_calls += self.model.contract_calls()
-        stage, disposition = self.model.after_contract()
-        assert self.stage == stage, f"contract replay gave {self.stage}, the model {stage}"
-        if disposition is not None:
-            assert isinstance(self.state, ReplayAdapterResult | ReplayAdapterRefusal)
-            assert self.state.replay_disposition is disposition
+        self.expect("replay_contract", *self.model.after_contract())
 
     @precondition(lambda self: self.stage == CLOSED)
     @rule()
     def replay_proofs(self) -> None:
         self.advance("replay_proofs", self.transitions.replay_proofs(self.state))
         self.expected_calls += self.model.proof_calls()
-        stage, disposition = self.model.after_proofs()
-        assert self.stage == stage, f"proof replay gave {self.stage}, the model {stage}"
+        self.expect("replay_proofs", *self.model.after_proofs())
         if isinstance(self.state, ProofsReplayed):
             statuses = tuple(o.status for o in self.state.outcomes)
             assert statuses == PROOF_STATUSES[self.model.kind]
             assert [o.obligation_ref for o in self.state.outcomes] == list(REFS)
             for outcome in self.state.outcomes:
                 assert outcome.proof_outcome_id == reference.proof_outcome_id(outcome)
-        else:
-            assert isinstance(self.state, ReplayAdapterRefusal)
-            assert self.state.replay_disposition is disposition
 
     @precondition(lambda self: self.stage == REPLAYED)
     @rule()
     def dispose(self) -> None:
         self.advance("dispose", self.transitions.dispose(self.state))
-        assert isinstance(self.state, ReplayAdapterResult)
-        assert self.state.replay_disposition is self.model.disposition()
+        self.expect("dispose", RESULT, self.model.disposition())
 
     # --- the driver's half-steps ---------------------------------------------------------
 
     @precondition(lambda self: self.stage == REQUEST)
     @rule()
     def begin_attempt(self) -> None:
-        self.advance(
-            "begin_attempt", self.transitions.begin_attempt(self.state, self.manifest(self.log))
-        )
-        if self.model.tampered:
-            assert self.stage == REFUSAL, "a tampered chain began"
+        manifest = self.manifest(self.log)
+        self.advance("begin_attempt", self.transitions.begin_attempt(self.state, manifest))
+        if self.model.after_validate() == REFUSAL:
+            self.expect("begin_attempt", REFUSAL)
             return
         self.expected_calls += self.model.contract_calls()
-        stage, disposition = self.model.after_contract()
-        assert self.stage == stage, f"begin_attempt gave {self.stage}, the model {stage}"
-        if disposition is not None:
-            assert isinstance(self.state, ReplayAdapterResult | ReplayAdapterRefusal)
-            assert self.state.replay_disposition is disposition
+        self.expect("begin_attempt", *self.model.after_contract())
 
     @precondition(lambda self: self.stage == CLOSED)
     @rule()
@@ -313,11 +307,9 @@ class TransitionMachine(RuleBasedStateMachine):
         self.expected_calls += self.model.proof_calls()
         stage, disposition = self.model.after_proofs()
         if stage == REFUSAL:
-            assert isinstance(self.state, ReplayAdapterRefusal)
-            assert self.state.replay_disposition is disposition
+            self.expect("finish_attempt", REFUSAL, disposition)
         else:
-            assert isinstance(self.state, ReplayAdapterResult)
-            assert self.state.replay_disposition is self.model.disposition()
+            self.expect("finish_attempt", RESULT, self.model.disposition())
 
     # --- misuse ------------------------------------------------------------------------
 
