@@ -112,6 +112,10 @@ examples-external: $(STAMP)  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -
 bench: $(STAMP)  ## interleaved benchmarks: canonical_json, strict parse, replay, start-up (ratios, ~1-2 min)
 	$(BIN)/python -m bench
 
+.PHONY: bench-parallel
+bench-parallel: $(STAMP)  ## 200 real checks: serial against process pools and Dask of 1, 2, 4 workers (~25 min loaded)
+	$(BIN)/python -m bench --parallel
+
 .PHONY: bench-drat
 bench-drat: $(STAMP)  ## the DRAT checker against dratify's pure-Python engine (ratios, ~10 min)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

@@ -6,6 +6,7 @@
     python -m bench --scale 1000 10000 100000   # only: CPU of replay batches by size
     python -m bench --scale 10000 100000 --frozen   # the same, bundle frozen from the GC
     python -m bench --drat           # the DRAT checker against dratify (bench/_drat.py)
+    python -m bench --parallel       # serial against process pools and Dask (bench/_parallel.py)
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--frozen", action="store_true", help="with --scale: gc.freeze() the built bundle first"
     )
+    parser.add_argument(
+        "--parallel", action="store_true", help="run only the parallel checks comparison"
+    )
+    parser.add_argument("--attempts", type=int, default=200, help="--parallel: attempts")
+    parser.add_argument(
+        "--workers", default="1,2,4", help="--parallel: worker counts (default 1,2,4)"
+    )
     args = parser.parse_args(argv)
     if args.drat:
         from bench._drat import main as drat_main
@@ -101,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
         for line in scaling(tuple(args.scale), frozen=args.frozen):
             print(line)
         return 0
+    if args.parallel:
+        from bench._parallel import main as parallel_main
+
+        return parallel_main(
+            attempts=args.attempts,
+            rounds=args.rounds if args.rounds != 81 else 3,
+            workers=tuple(int(count) for count in args.workers.split(",")),
+        )
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (quartiles need them)")
 

@@ -1,0 +1,209 @@
+"""Parallel checks that pay (issue 10, deliverable 6): serial against executors.
+
+``python -m bench --parallel`` (``make bench-parallel``). What is measured:
+
+- the workload is the kernel's real certification path: ``replay_requests``
+  over a search run of N attempts (default 200) of the shipped e2e scenario
+  (candidate 0 of ``examples/build_e2e_bundle.py`` proposed N times), every
+  one contract-closed and carrying ``target_certified``, certified by the
+  real ``ExternalCertifier`` through the real external protocol
+  (``run_check``: pins, sealed copies, user+PID namespace containment,
+  receipt validation), with a pinned stand-in pair (``parallel_pair/``:
+  stdlib producer and checker doing a fixed amount of hashing instead of
+  z3 and cvc5) so that one check costs tens of milliseconds, not 0.6 s;
+- variants, interleaved per round with the order rotated: inline (serial),
+  a process pool of 1, 2 and 4 workers, a Dask ``LocalCluster`` of 1, 2 and
+  4 workers; each timing includes opening and closing the executor (a
+  user's ``kernel run`` pays that too);
+- every variant's outcome bytes (JSON Lines) are compared with the serial
+  bytes, every round; a difference aborts the benchmark.
+
+A ratio is serial time / variant time within one round; the table gives the
+median, the quartiles and the extremes over the rounds. The load average is
+printed before and after, since the machine is shared.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from kernel.commands.replay import outcome_lines
+from kernel.external import (
+    CheckEntry,
+    Claim,
+    Command,
+    Pin,
+    RunLimits,
+    default_environment,
+)
+from kernel.orchestrate import (
+    ExecutorKind,
+    ExecutorSpec,
+    ExternalCertifier,
+    open_executor,
+    replay_requests,
+)
+from kernel.orchestrate._tools import CERTIFY_OBLIGATION, CERTIFY_SPECIFICATION
+from kernel.organs import CERTIFIED_MANIFEST, assess
+from kernel.replay import ReplayBundle, ReplayRequest, build_replay_input, requests_from_bundle
+from kernel.upstream import build_chain
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+PAIR: Final = Path(__file__).resolve().parent / "parallel_pair"
+CHECK_ID: Final = "bench-parallel-pair"
+
+
+def _pin(path: Path | str) -> Pin:
+    import hashlib
+
+    return Pin(str(path), hashlib.sha256(Path(path).read_bytes()).hexdigest())
+
+
+def pair_entry(work_rounds: int) -> CheckEntry:
+    """The pinned stand-in pair: this interpreter runs ``parallel_pair/*.py``."""
+    python = sys.executable
+    rounds = str(work_rounds)
+    return CheckEntry(
+        check_id=CHECK_ID,
+        claim=Claim(
+            specification=CERTIFY_SPECIFICATION,
+            obligations=(CERTIFY_OBLIGATION,),
+            assumptions=("benchmark stand-in: fixed hashing work, no decision",),
+            model_scope="benchmark only",
+        ),
+        assurance="benchmark-stand-in",
+        inputs=(),
+        evidence_artifacts=(f"{CERTIFY_OBLIGATION}.smt2", "z3-answer.txt"),
+        producer=Command(
+            argv=(
+                "{{python}}", "-I", "-S", str(PAIR / "producer.py"), "--work", rounds,
+                "{{request}}",
+            ),
+            executable=_pin(python),
+            dependencies=(_pin(PAIR / "producer.py"),),
+            trusted_tool_dependencies=(),
+        ),
+        checker=Command(
+            argv=(
+                "{{python}}", "-I", "-S", str(PAIR / "checker.py"), "--work", rounds,
+                "{{request}}", "{{receipt}}",
+            ),
+            executable=_pin(python),
+            dependencies=(_pin(PAIR / "checker.py"),),
+            trusted_tool_dependencies=(),
+        ),
+    )
+
+
+def search_run(attempts: int) -> tuple[ReplayRequest, ...]:
+    """``attempts`` attempts of the e2e scenario's certified candidate, in one run."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import build_e2e_bundle as scenario  # type: ignore[import-not-found]  # examples/, above
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    drafts = (scenario.CANDIDATES[0],) * attempts
+    chain = build_chain(
+        scenario.ORIGINAL, assess(scenario.ORIGINAL), drafts,
+        operator_set_id="arithmetic.repair_ops", operator_set_version="v1",
+    )
+    inputs = tuple(build_replay_input(chain, i, CERTIFIED_MANIFEST) for i in range(attempts))
+    return requests_from_bundle(ReplayBundle(chain, inputs))
+
+
+def certifier(work_dir: Path, entry: CheckEntry) -> ExternalCertifier:
+    return ExternalCertifier(work_dir, entry, RunLimits(60.0, 60.0), default_environment())
+
+
+def run_once(
+    requests: tuple[ReplayRequest, ...], entry: CheckEntry, spec: ExecutorSpec, scratch: Path
+) -> tuple[float, bytes]:
+    """Wall seconds (executor open to close) and the outcome bytes of one run."""
+    work = Path(tempfile.mkdtemp(dir=scratch))
+    provider = certifier(work, entry)
+    started = time.perf_counter()
+    with open_executor(spec) as executor:
+        outcomes = replay_requests(requests, CERTIFIED_MANIFEST, provider, executor=executor)
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(work)
+    return elapsed, outcome_lines(outcomes)
+
+
+def variants(workers: tuple[int, ...]) -> list[tuple[str, ExecutorSpec]]:
+    """A process pool and a local Dask cluster of each worker count."""
+    return [
+        (f"{kind.value} x{count}", ExecutorSpec(kind, workers=count))
+        for kind in (ExecutorKind.PROCESS, ExecutorKind.DASK)
+        for count in workers
+    ]
+SERIAL: Final = ("serial (inline)", ExecutorSpec(ExecutorKind.INLINE))
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def main(*, attempts: int = 200, rounds: int = 3, work: int = 0,
+         workers: tuple[int, ...] = (1, 2, 4), say: Callable[[str], None] = print) -> int:
+    """Run the comparison and print a Markdown table; 1 if any variant's bytes differ."""
+    requests = search_run(attempts)
+    entry = pair_entry(work)
+    chosen = variants(workers)
+    say(f"parallel checks: {attempts} attempts, {rounds} rounds, work {work}, "
+        f"nproc {os.cpu_count()}, python {sys.version.split()[0]}, load average {_load()}")
+    with tempfile.TemporaryDirectory(prefix="bench-parallel-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        expected: bytes | None = None
+        times: dict[str, list[float]] = {name: [] for name, _ in (SERIAL, *chosen)}
+        ratios: dict[str, list[float]] = {name: [] for name, _ in chosen}
+        loads: list[str] = []
+        for round_index in range(rounds):
+            order = [SERIAL, *chosen]
+            shift = round_index % len(order)
+            order = order[shift:] + order[:shift]  # rotate: nobody always goes first
+            this_round: dict[str, float] = {}
+            for name, spec in order:
+                elapsed, data = run_once(requests, entry, spec, scratch)
+                if expected is None:
+                    expected = data
+                if data != expected:
+                    say(f"{name}: outcome bytes differ from the first run: benchmark void")
+                    return 1
+                this_round[name] = elapsed
+                times[name].append(elapsed)
+                say(f"  round {round_index + 1}: {name}: {elapsed:.2f} s "
+                    f"({elapsed / attempts * 1000:.0f} ms/attempt), load {_load()}")
+            loads.append(_load())
+            for name, _ in chosen:
+                ratios[name].append(this_round[SERIAL[0]] / this_round[name])
+    serial = statistics.median(times[SERIAL[0]])
+    say("")
+    say(f"serial: median {serial:.1f} s for {attempts} attempts "
+        f"({serial / attempts * 1000:.0f} ms per check, all in one process)")
+    say(f"load average after each round: {'; '.join(loads)}")
+    say("")
+    say("| variant | median s | serial / variant (median) | IQR | min-max |")
+    say("|---|---|---|---|---|")
+    for name, _ in chosen:
+        values = ratios[name]
+        q1, q3 = _quartiles(values)
+        say(f"| {name} | {statistics.median(times[name]):.1f} | "
+            f"**{statistics.median(values):.2f}x** | {q1:.2f}-{q3:.2f} | "
+            f"{min(values):.2f}-{max(values):.2f} |")
+    return 0
