@@ -12,7 +12,7 @@ help:  ## list targets
 
 # Extras, named for what they do: certify (z3 + cvc5, the SMT pair `kernel run`
 # certifies with), sat (python-sat, the SAT example only), scale (Dask), dev
-# (ruff, mypy, pytest, Hypothesis, jsonschema, in-toto), attest (cryptography:
+# (ruff, mypy, pytest, Hypothesis, jsonschema, in-toto, import-linter), attest (cryptography:
 # kernel attest). pyproject.toml holds compatible
 # ranges; constraints.txt holds the exact releases CI installs. Node.js is
 # needed only by the conformance-vector tests (they fail with node_missing

@@ -1,45 +1,32 @@
 """Shared values for the orchestrator tests (no tests of its own).
 
-Digests are recomputed here with ``hashlib`` and ``json``, independently of
-``kernel.identity``.
+Digests are recomputed with ``tests.support.reference`` and processes are
+watched with ``tests.support.processes``, independently of the kernel.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
-import os
 import sys
-import time
-from collections.abc import Callable, Set
 from pathlib import Path
-from typing import Any
 
 from kernel.external import CheckEntry, RunLimits, default_environment
 from kernel.orchestrate import ExternalCertifier, certification_entry, discover_tools
 from kernel.replay import ReplayBundle
 from kernel.serde import loads
+from tests.support.cli import kernel
 
 __all__ = [
     "E2E_BUNDLE",
     "ROOT",
-    "assert_no_new_descendants",
     "certifier",
-    "descendants",
     "e2e_bundle",
-    "hand_digest",
     "shipped_entry",
+    "stored_main_job",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E_BUNDLE = ROOT / "examples" / "e2e" / "bundle.json"
-
-
-def hand_digest(value: Any) -> str:
-    """SHA-256 of the canonical JSON of ``value``, computed without the kernel."""
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @functools.cache
@@ -64,86 +51,11 @@ def certifier(
     )
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) from ``/proc/<pid>/stat``; None when the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces
-    return fields[0], int(fields[1])
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace")
-
-
-def _parents() -> dict[int, int]:
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(int(entry.name))
-        if stat is not None and stat[0] not in ("Z", "X"):
-            parents[int(entry.name)] = stat[1]
-    return parents
-
-
-def _ancestry(pid: int, parents: dict[int, int], top: int) -> list[int] | None:
-    """The processes between ``top`` and ``pid`` (``pid`` first); None if not under ``top``."""
-    chain = [pid]
-    current = parents.get(pid)
-    while current is not None and current != top:
-        chain.append(current)
-        current = parents.get(current)
-    return chain if current == top else None
-
-
-def descendants(root: int | None = None) -> frozenset[int]:
-    """Live (non-zombie) processes descending from ``root`` (default: this process).
-
-    Pool workers and Dask nannies/workers run ``python -c ...spawn_main...``
-    and mention no test path, so ``processes_mentioning`` cannot see them;
-    the parent chain can. multiprocessing's resource tracker, which lives as
-    long as this interpreter by design, is not counted.
-    """
-    top = os.getpid() if root is None else root
-    parents = _parents()
-    return frozenset(
-        pid
-        for pid in parents
-        if pid != top
-        and _ancestry(pid, parents, top) is not None
-        and "resource_tracker" not in _cmdline(pid)
-    )
-
-
-def assert_no_new_descendants(
-    before: Set[int],
-    *,
-    within: float = 15.0,
-    exempt: Callable[[], Set[int]] = frozenset,
-) -> None:
-    """Every process started since ``before`` was taken has ended (waits up to ``within``).
-
-    Processes under a process of ``before``, and those ``exempt()`` names
-    (the workers of a module-wide Dask cluster, which its in-process nannies
-    restart after a worker is killed), are not the test's.
-    """
-
-    def new() -> list[int]:
-        top, parents, shared = os.getpid(), _parents(), set(before) | set(exempt())
-        return [
-            pid
-            for pid in descendants() - before
-            if not set(_ancestry(pid, parents, top) or ()) & shared
-        ]
-
-    deadline = time.monotonic() + within
-    while (left := new()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"processes left behind: {sorted((p, _cmdline(p)[:80]) for p in left)}"
+def stored_main_job(base: Path) -> tuple[Path, Path]:
+    """``kernel run`` of the shipped e2e bundle under ``base``: (work directory, outcomes file)."""
+    work, out = base / "work", base / "outcomes.jsonl"
+    done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
+    # The bundle holds one tampered attempt on purpose: the verdict is
+    # integrity, exit 3 (README "Exit codes"); the store is complete.
+    assert done.returncode == 3, done.stderr
+    return work, out

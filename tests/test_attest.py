@@ -25,8 +25,8 @@ from in_toto.models.metadata import Envelope, Metadata
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # re-exported without __all__
 
-from tests.orchestrate_helpers import E2E_BUNDLE
-from tests.test_external_cli import kernel
+from tests.orchestrate_helpers import stored_main_job
+from tests.support.cli import kernel
 from tests.test_external_helpers import Scenario
 
 PREDICATE = "urn:replay-kernel:predicate:run-outcomes:v1"
@@ -34,12 +34,8 @@ PREDICATE = "urn:replay-kernel:predicate:run-outcomes:v1"
 
 @pytest.fixture(scope="module")
 def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("e2e")
-    work, out = base / "work", base / "outcomes.jsonl"
-    done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
-    # Exit 3: the shipped bundle holds one deliberately tampered attempt; the
-    # stored run (its refusal included) is what gets audited and signed.
-    assert done.returncode == 3, done.stderr
+    """A real `kernel run` work directory and its outcomes file (made once)."""
+    work, out = stored_main_job(tmp_path_factory.mktemp("e2e"))
     assert len(out.read_bytes().splitlines()) == 6
     return work, out
 

@@ -6,7 +6,7 @@ command line) with its outcomes file, and a `kernel check run` run directory
 (a real producer/checker pair under the external protocol). Every edit below
 is a byte-level change to a stored file, as someone with write access to the
 store would make it; where an edit reseals an id, the id is recomputed here
-with ``hashlib`` (``hand_digest``), not with the package.
+with ``hashlib`` (``tests.support.reference.sha``), not with the package.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import pytest
 
 from kernel.external import RunLimits, default_environment, replay_run
 from kernel.orchestrate import AuditCode, AuditInputError, RunLayout, audit_run
-from tests.orchestrate_helpers import E2E_BUNDLE, hand_digest
-from tests.test_external_cli import kernel
+from tests.orchestrate_helpers import E2E_BUNDLE, stored_main_job
+from tests.support.cli import kernel
+from tests.support.reference import sha
 from tests.test_external_helpers import Scenario
 
 DIGEST_LINE = "0" * 64
@@ -36,10 +37,7 @@ def stored_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     verdict is integrity (exit 3); every attempt still has its outcome line,
     and the stored run is what the audit reads.
     """
-    base = tmp_path_factory.mktemp("e2e")
-    work, out = base / "work", base / "outcomes.jsonl"
-    done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "--quiet")
-    assert done.returncode == 3, done.stderr
+    work, out = stored_main_job(tmp_path_factory.mktemp("e2e"))
     lines = [json.loads(line) for line in out.read_bytes().splitlines()]
     assert [line["attempt_index"] for line in lines] == list(range(len(lines)))
     assert "candidate_identity_mismatch" in {
@@ -171,9 +169,9 @@ def test_a_resealed_certification_receipt_is_caught_by_its_evidence_digest(
     record = _attempts(work_dir)[0] / "certification.json"
     document = json.loads(record.read_bytes())
     receipt = document["receipt"]
-    receipt["evidence_digest"] = hand_digest({"forged": True})
+    receipt["evidence_digest"] = sha({"forged": True})
     payload = {k: v for k, v in receipt.items() if k != "receipt_id"}
-    receipt["receipt_id"] = hand_digest(payload)
+    receipt["receipt_id"] = sha(payload)
     record.write_text(json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n")
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 3
@@ -222,7 +220,7 @@ def test_a_resealed_outcome_edit_is_caught_by_rederivation(work: tuple[Path, Pat
     outcome["replay_disposition"] = "contract_and_proof_closed"
     outcome["reason_codes"] = []
     payload = {k: v for k, v in outcome.items() if k != "explanation"}
-    outcome["replay_result_id"] = hand_digest({**payload, "replay_result_id": ""})
+    outcome["replay_result_id"] = sha({**payload, "replay_result_id": ""})
     lines[2] = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode() + b"\n"
     outcomes.write_bytes(b"".join(lines))
     code, report = _audit(work_dir, "--outcomes", outcomes)
@@ -303,7 +301,7 @@ def test_a_refusal_addressed_at_another_position_is_reported(work: tuple[Path, P
     outcome = lines[index]["outcome"]
     outcome["attempt_index"] = index + 1
     payload = {k: v for k, v in outcome.items() if k != "explanation"}
-    outcome["replay_refusal_id"] = hand_digest({**payload, "replay_refusal_id": ""})
+    outcome["replay_refusal_id"] = sha({**payload, "replay_refusal_id": ""})
     _write_envelopes(outcomes, lines)
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 3

@@ -8,7 +8,6 @@ cvc5 binaries the main job pins, and scripts written for the test.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,7 +21,8 @@ import pytest
 
 from kernel.external import ClosureError, pin_closure
 from tests.orchestrate_helpers import shipped_entry
-from tests.test_external_cli import kernel
+from tests.support.cli import kernel
+from tests.support.reference import sha256_file
 
 LDD = shutil.which("ldd")
 needs_ldd = pytest.mark.skipif(LDD is None, reason="ldd (glibc) is not installed")
@@ -42,10 +42,6 @@ def _ldd(path: str) -> set[str]:
     return found
 
 
-def _sha(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def _pins(*paths: str | Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     if env is None:
         done = kernel("check", "pins", *paths)
@@ -59,7 +55,7 @@ def _pins(*paths: str | Path, env: dict[str, str] | None = None) -> dict[str, An
     assert isinstance(fragment, dict)
     for pin in [fragment["executable"], *fragment["dependencies"],
                 *fragment["trusted_tool_dependencies"]]:  # fmt: skip
-        assert pin["sha256"] == _sha(pin["path"]), pin["path"]
+        assert pin["sha256"] == sha256_file(pin["path"]), pin["path"]
     return fragment
 
 
@@ -109,7 +105,7 @@ def test_a_shell_scripts_interpreter_line_is_followed(tmp_path: Path) -> None:
     script.write_text("#!/bin/sh -e\necho checked\n")
     script.chmod(0o755)
     fragment = _pins(script)
-    assert fragment["executable"] == {"path": str(script), "sha256": _sha(str(script))}
+    assert fragment["executable"] == {"path": str(script), "sha256": sha256_file(str(script))}
     shell = os.path.realpath("/bin/sh")
     assert _trusted(fragment) == {shell} | _ldd(shell)
 
@@ -132,7 +128,7 @@ def test_a_script_named_after_its_interpreter_is_a_dependency(tmp_path: Path) ->
     script = tmp_path / "checker.py"
     script.write_text("print('ok')\n")
     fragment = _pins(sys.executable, script)
-    assert fragment["dependencies"] == [{"path": str(script), "sha256": _sha(str(script))}]
+    assert fragment["dependencies"] == [{"path": str(script), "sha256": sha256_file(str(script))}]
     assert str(script) not in _trusted(fragment)
 
 

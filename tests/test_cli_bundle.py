@@ -14,7 +14,7 @@ from kernel.cli import app
 from kernel.drafts import DraftCandidate, SearchDraft
 from kernel.replay import ReplayBundle
 from kernel.serde import loads
-from tests import reference as ref
+from tests.support import reference as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT = ROOT / "examples" / "drafts" / "marbles.json"

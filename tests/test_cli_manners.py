@@ -15,16 +15,16 @@ from typer.testing import CliRunner
 import kernel
 from kernel.cli import COMMANDS, app
 from tests.orchestrate_helpers import ROOT
+from tests.support.cli import KERNEL_MAIN
 
 DRAFT = ROOT / "examples" / "drafts" / "marbles.json"
 EXAMPLE = ROOT / "examples" / "replay" / "bundle.json"
-MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
 runner = CliRunner()
 
 
 def _kernel(*args: str | Path, stdin: bytes | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-c", MAIN, *map(str, args)], input=stdin,
+    return subprocess.run([sys.executable, "-c", KERNEL_MAIN, *map(str, args)], input=stdin,
                           capture_output=True, timeout=120, check=False,
                           env=None if env is None else {**os.environ, **env})
 
@@ -84,7 +84,7 @@ def test_dash_is_stdin_for_digest_and_bundle(tmp_path: Path) -> None:
 
 
 def test_out_dash_is_stdout_not_a_file_named_dash(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", MAIN, "bundle", str(DRAFT), "--out", "-"],
+    done = subprocess.run([sys.executable, "-c", KERNEL_MAIN, "bundle", str(DRAFT), "--out", "-"],
                           capture_output=True, cwd=tmp_path, check=False, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith(b'{"chain":')
     assert not (tmp_path / "-").exists()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from kernel.cli import app
 from kernel.replay import ReplayAdapterRefusal, ReplayAdapterResult
 from kernel.serde import loads
-from tests import reference as ref
+from tests.support import reference as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "replay"
@@ -87,8 +87,7 @@ def test_replay_emits_one_canonical_outcome_per_attempt_in_run_order(tmp_path: P
     for index, (line, replay_input) in enumerate(zip(lines, bundle["inputs"], strict=True)):
         envelope = json.loads(line)
         # canonical: re-encoding with the ADR's settings gives the same bytes
-        assert json.dumps(envelope, ensure_ascii=False, sort_keys=True,
-                          separators=(",", ":")).encode() == line
+        assert ref.canonical(envelope) == line
         assert set(envelope) == {"attempt_id", "attempt_index", "outcome"}
         assert envelope["attempt_index"] == index
         assert envelope["attempt_id"] == attempts[index]["attempt_id"]

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from kernel.cli import app
 from tests.orchestrate_helpers import ROOT
-from tests.test_external_helpers import assert_no_leftover
+from tests.support.cli import KERNEL_MAIN
+from tests.support.processes import assert_no_leftover
 
 DRAFT = ROOT / "examples" / "drafts" / "marbles.json"
-MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
 runner = CliRunner()
 ATTEMPTS = 6
 
@@ -44,7 +44,7 @@ def _closing_bundle(tmp_path: Path) -> Path:
 
 
 def _run(*args: str | Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-c", MAIN, "run", *map(str, args)],
+    return subprocess.run([sys.executable, "-c", KERNEL_MAIN, "run", *map(str, args)],
                           capture_output=True, timeout=300, check=False)
 
 
@@ -54,7 +54,7 @@ def _lines(path: Path) -> list[bytes]:
 
 def _interrupt(bundle: Path, work: Path, signum: int) -> subprocess.CompletedProcess[bytes]:
     process = subprocess.Popen(
-        [sys.executable, "-c", MAIN, "run", str(bundle), "--work-dir", str(work), "-q"],
+        [sys.executable, "-c", KERNEL_MAIN, "run", str(bundle), "--work-dir", str(work), "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 120

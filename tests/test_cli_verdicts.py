@@ -3,7 +3,7 @@
 Bundles are sealed by ``kernel bundle`` from the shipped draft (four
 attempts: two close, one contract refused, one proof refused), then altered
 as an attacker or a bug would; altered inputs are resealed with the
-independent reference payloads (tests/reference.py), never the package's.
+independent reference payloads (tests/support/reference.py), never the package's.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from kernel.cli import app
 from kernel.commands._verdict import FailOn, classes_of
 from kernel.replay import ReplayAdapterInput, ReplayBundle
 from kernel.serde import dumps, loads
-from tests import reference as ref
 from tests.orchestrate_helpers import ROOT
+from tests.support import reference as ref
 
 DRAFT = ROOT / "examples" / "drafts" / "marbles.json"
 runner = CliRunner()

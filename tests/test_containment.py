@@ -10,7 +10,6 @@ after each test finds nothing left.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -33,14 +32,10 @@ from kernel.external import (
     identity_object,
     replay_run,
 )
-from tests.test_external_helpers import (
-    HONEST_PRODUCER,
-    PYTHON,
-    Scenario,
-    canonical,
-    processes_mentioning,
-    sha256_file,
-)
+from tests.support.cli import KERNEL_MAIN
+from tests.support.processes import census, kill_all, new_processes, processes_mentioning
+from tests.support.reference import canonical, sha256_file
+from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +47,6 @@ LEVELS = [
     pytest.param(ContainmentLevel.NAMESPACE, id="namespace", marks=_NO_NAMESPACES),
     pytest.param(ContainmentLevel.SUBREAPER, id="subreaper"),
 ]
-_MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
 
 REJECTING = (
     "def mutate(r):\n"
@@ -65,48 +59,6 @@ REJECTING = (
 # --- the census: every process, before and after -------------------------------------
 
 
-def _start_time(pid: int) -> int | None:
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
-
-
-def census() -> set[tuple[int, int]]:
-    """Every live process on the machine, as (pid, start time) so a reused pid is new."""
-    found: set[tuple[int, int]] = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (started := _start_time(int(entry))) is not None:
-            found.add((int(entry), started))
-    return found
-
-
-def _related(pid: int, marker: str) -> bool:
-    """Whether the process names ``marker`` in its command line, working or root directory."""
-    try:
-        if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return True
-        return any(
-            os.readlink(f"/proc/{pid}/{link}").startswith(marker) for link in ("cwd", "root")
-        )
-    except OSError:
-        return False
-
-
-def new_processes(before: set[tuple[int, int]], marker: str) -> list[int]:
-    """Processes alive now that were not before and belong to this test's files.
-
-    The machine is shared (other processes come and go), so a newcomer counts
-    when it names the test's directory, as every process a step starts does.
-    """
-    me = os.getpid()
-    return sorted(pid for pid, _ in census() - before if pid != me and _related(pid, marker))
-
-
 @pytest.fixture(autouse=True)
 def _nothing_left(tmp_path: Path) -> Iterator[None]:
     before = census()
@@ -114,9 +66,7 @@ def _nothing_left(tmp_path: Path) -> Iterator[None]:
     deadline = time.monotonic() + 5.0
     while (left := new_processes(before, str(tmp_path))) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for pid in left:  # never leave them running, even when the test fails
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_all(left)  # never leave them running, even when the test fails
     assert not left, f"processes left behind: {left}"
 
 
@@ -261,7 +211,7 @@ def test_sigkill_to_kernel_mid_step_leaves_no_process_of_the_step(
         "description": scenario.job.description, "job_digest": scenario.job.job_digest,
     }))  # fmt: skip
     kernel = subprocess.Popen(
-        [PYTHON, "-c", _MAIN, "check", "run", str(scenario.manifest_path), "demo",
+        [PYTHON, "-c", KERNEL_MAIN, "check", "run", str(scenario.manifest_path), "demo",
          "--job", str(job), "--run-root", str(scenario.run_root), "--repo", str(scenario.repo),
          "--max-containment", level.value],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -379,14 +329,14 @@ def test_an_edited_metadata_cannot_choose_the_manifest_replay_uses(tmp_path: Pat
     meta_path.write_text(json.dumps(meta))
     # The CLI never falls back to what the run recorded: no manifest, no replay.
     bare = subprocess.run(
-        [PYTHON, "-c", _MAIN, "check", "replay", run.attempt_dir, "--replay-id", "bare"],
+        [PYTHON, "-c", KERNEL_MAIN, "check", "replay", run.attempt_dir, "--replay-id", "bare"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bare.returncode == 2 and bare.stdout == "", bare.stdout
     assert not Path(run.attempt_dir, "replays", "bare").exists()
     # With the operator's manifest and repository, the operator's checker judges.
     done = subprocess.run(
-        [PYTHON, "-c", _MAIN, "check", "replay", run.attempt_dir, "--replay-id", "audit",
+        [PYTHON, "-c", KERNEL_MAIN, "check", "replay", run.attempt_dir, "--replay-id", "audit",
          "--manifest", str(scenario.manifest_path), "--repo", str(scenario.repo)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -11,25 +11,17 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.test_external_cli import kernel
-from tests.test_external_helpers import assert_no_leftover
+from tests.support.cli import kernel
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftovers")]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "external"
 BACKENDS = ROOT / "examples" / "backends"
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -4,34 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kernel.serde import dumps
-from tests.test_external_helpers import Scenario, assert_no_leftover, canonical
+from tests.support.cli import kernel
+from tests.support.reference import canonical
+from tests.test_external_helpers import Scenario
 
-_MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
-
-
-def kernel(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """Run the real command line in a fresh interpreter."""
-    return subprocess.run(
-        [sys.executable, "-c", _MAIN, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def _job_file(scenario: Scenario) -> Path:

@@ -2,17 +2,15 @@
 
 Every backend here is a real Python script written into ``tmp_path`` and run
 by ``sys.executable`` through the real process layer. Digests are recomputed
-with ``hashlib`` here, independently of ``kernel.external``.
+with ``tests.support.reference``, independently of ``kernel.external``; the
+process checks are ``tests.support.processes``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import sys
 import textwrap
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,32 +23,22 @@ from kernel.external import (
     RunOutcome,
     default_environment,
     load_manifest,
+    replay_run,
     run_check,
     seal_job,
 )
+from tests.support.reference import sha256_file
 
 __all__ = [
     "HONEST_CHECKER",
     "HONEST_PRODUCER",
+    "PYTHON",
     "Scenario",
-    "assert_no_leftover",
-    "assert_process_gone",
-    "canonical",
-    "processes_mentioning",
-    "sha256_file",
+    "operator_config",
+    "replay_stored",
 ]
 
 PYTHON = sys.executable
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a file's bytes, following symlinks (as pins do)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def canonical(value: object) -> bytes:
-    """Canonical JSON, recomputed here with the stdlib."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
 
 
 # The honest producer writes every declared artifact with fixed content.
@@ -224,50 +212,23 @@ class Scenario:
         )
 
 
-def _state(pid: int) -> str | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    for line in status.splitlines():
-        if line.startswith("State:"):
-            return line.split()[1]
-    return "?"
+def operator_config(run_dir: Path) -> dict[str, Path]:
+    """The operator's manifest and repository: the Scenario's files above the run.
+
+    Found from the test's own layout, never from anything the run recorded.
+    """
+    for folder in Path(run_dir).parents:
+        if (folder / "manifest.json").is_file() and (folder / "repo").is_dir():
+            return {"manifest_path": folder / "manifest.json", "repository_root": folder / "repo"}
+    raise AssertionError(f"no Scenario above {run_dir}")
 
 
-def assert_process_gone(pid: int, *, within: float = 5.0) -> None:
-    """The process no longer runs: absent, or a zombie awaiting a reaper (dead)."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        if _state(pid) in (None, "Z", "X"):
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} is still running (state {_state(pid)})")
-        time.sleep(0.05)
-
-
-def processes_mentioning(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose command line contains ``marker``."""
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and _state(int(entry.name)) not in (None, "Z", "X"):
-            found.append(int(entry.name))
-    return found
-
-
-def assert_no_leftover(tmp_path: Path) -> None:
-    """No process started for this test (they all mention tmp_path) is still alive."""
-    deadline = time.monotonic() + 5.0
-    while (alive := processes_mentioning(str(tmp_path))) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive, f"processes left behind: {alive}"
+def replay_stored(run_dir: str | Path, replay_id: str = "replay-1", **kwargs: Any) -> RunOutcome:
+    """``replay_run`` of a stored run with the operator's configuration (``kwargs`` override)."""
+    return replay_run(
+        Path(run_dir),
+        **{**operator_config(Path(run_dir)), **kwargs},
+        replay_id=replay_id,
+        limits=RunLimits(30.0, 30.0),
+        environment=default_environment(),
+    )

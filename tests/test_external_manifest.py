@@ -6,7 +6,7 @@ import copy
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,10 @@ from kernel.external import (
     load_manifest,
     seal_job,
 )
-from tests.test_external_helpers import Scenario, assert_no_leftover, canonical, sha256_file
+from tests.support.reference import canonical, sha256_file
+from tests.test_external_helpers import Scenario
 
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def test_public_api_is_exact_and_alphabetical() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,10 @@ from kernel.external import (
     default_environment,
     run_process,
 )
-from tests.test_external_helpers import (
-    HONEST_PRODUCER,
-    PYTHON,
-    Scenario,
-    assert_no_leftover,
-)
+from tests.support.processes import assert_no_leftover
+from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
 
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def _spawner(tmp_path: Path, then: str) -> str:

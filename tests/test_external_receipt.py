@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,10 @@ from kernel.external import (
     Verdict,
     validate_receipt,
 )
-from tests.test_external_helpers import Scenario, assert_no_leftover, canonical
+from tests.support.reference import canonical
+from tests.test_external_helpers import Scenario
 
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def mutation(*statements: str) -> str:

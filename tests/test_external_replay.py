@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,48 +11,13 @@ import pytest
 from kernel.external import (
     Reason,
     RunKind,
-    RunLimits,
-    RunOutcome,
     RunRecordError,
     Status,
-    default_environment,
-    replay_run,
 )
-from tests.test_external_helpers import (
-    HONEST_PRODUCER,
-    Scenario,
-    assert_no_leftover,
-    canonical,
-    sha256_file,
-)
+from tests.support.reference import canonical, sha256_file
+from tests.test_external_helpers import HONEST_PRODUCER, Scenario, replay_stored
 
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
-
-
-def _operator_config(run_dir: Path) -> dict[str, Path]:
-    """The operator's manifest and repository: the Scenario's files above the run.
-
-    Found from the test's own layout, never from anything the run recorded.
-    """
-    for folder in Path(run_dir).parents:
-        if (folder / "manifest.json").is_file() and (folder / "repo").is_dir():
-            return {"manifest_path": folder / "manifest.json", "repository_root": folder / "repo"}
-    raise AssertionError(f"no Scenario above {run_dir}")
-
-
-def _replay(run_dir: str | Path, replay_id: str = "replay-1", **kwargs: Any) -> RunOutcome:
-    return replay_run(
-        Path(run_dir),
-        **{**_operator_config(Path(run_dir)), **kwargs},
-        replay_id=replay_id,
-        limits=RunLimits(30.0, 30.0),
-        environment=default_environment(),
-        **kwargs,
-    )
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def _counting_scenario(tmp_path: Path, **kwargs: Any) -> Scenario:
@@ -66,7 +30,7 @@ def test_replay_reruns_only_the_checker_in_a_fresh_attempt(tmp_path: Path) -> No
     scenario = _counting_scenario(tmp_path)
     run = scenario.run()
     assert run.status is Status.PASS
-    replay = _replay(run.attempt_dir)
+    replay = replay_stored(run.attempt_dir)
     assert replay.status is Status.PASS
     assert (tmp_path / "producer-runs.txt").read_text() == "x", "the producer never reruns"
     attempt = Path(replay.attempt_dir)
@@ -92,7 +56,7 @@ def test_replay_after_evidence_changed_on_disk_is_blocked(tmp_path: Path) -> Non
     run = scenario.run()
     proof = Path(run.attempt_dir, "evidence", "proof.txt")
     proof.write_text("evidence for proof.txt, edited later\n")
-    replay = _replay(run.attempt_dir)
+    replay = replay_stored(run.attempt_dir)
     assert replay.status is Status.BLOCKED and replay.reason is Reason.EVIDENCE_CHANGED
     assert replay.metadata.checker is None
 
@@ -112,14 +76,14 @@ def test_replay_after_evidence_removed_added_or_linked_is_blocked(
         (tmp_path / "copy.txt").write_bytes(content)
         (evidence / "proof.txt").unlink()
         (evidence / "proof.txt").symlink_to(tmp_path / "copy.txt")
-    assert _replay(run.attempt_dir).reason is Reason.EVIDENCE_CHANGED
+    assert replay_stored(run.attempt_dir).reason is Reason.EVIDENCE_CHANGED
 
 
 def test_replay_after_the_checker_pin_changed_is_blocked(tmp_path: Path) -> None:
     scenario = Scenario(tmp_path)
     run = scenario.run()
     scenario.checker_script.write_text(scenario.checker_script.read_text() + "# v2\n")
-    replay = _replay(run.attempt_dir)
+    replay = replay_stored(run.attempt_dir)
     assert replay.reason is Reason.PIN_MISMATCH
     assert str(scenario.checker_script) in replay.metadata.detail
 
@@ -132,7 +96,7 @@ def test_replay_uses_the_currently_pinned_checker(tmp_path: Path) -> None:
     text = scenario.checker_script.read_text().replace("WRITE = True", "WRITE = False")
     scenario.checker_script.write_text(text)
     scenario.write_manifest()
-    replay = _replay(run.attempt_dir)
+    replay = replay_stored(run.attempt_dir)
     assert replay.reason is Reason.RECEIPT_MISSING
     assert replay.metadata.check_digest != run.metadata.check_digest
 
@@ -154,14 +118,14 @@ def test_replay_never_trusts_the_stored_status(tmp_path: Path) -> None:
     meta = json.loads(meta_path.read_bytes())
     meta.update(status="PASS", reason=None, verdict="accepted", detail="forged")
     meta_path.write_bytes(canonical(meta))
-    replay = _replay(run.attempt_dir)
+    replay = replay_stored(run.attempt_dir)
     assert replay.status is Status.BLOCKED and replay.reason is Reason.CHECKER_REJECTED
 
 
 def test_replay_of_a_run_without_complete_evidence_is_blocked(tmp_path: Path) -> None:
     run = Scenario(tmp_path, producer="import sys\nsys.exit(2)\n").run()
     assert run.reason is Reason.PRODUCER_FAILED
-    assert _replay(run.attempt_dir).reason is Reason.EVIDENCE_CHANGED
+    assert replay_stored(run.attempt_dir).reason is Reason.EVIDENCE_CHANGED
 
 
 def test_replay_checks_the_current_specification(tmp_path: Path) -> None:
@@ -169,7 +133,7 @@ def test_replay_checks_the_current_specification(tmp_path: Path) -> None:
     scenario = Scenario(tmp_path)
     run = scenario.run()
     (scenario.repo / "spec" / "claim.txt").write_text("claim: 2 + 2 = 4\n")
-    replay = _replay(run.attempt_dir)
+    replay = replay_stored(run.attempt_dir)
     assert replay.status is Status.PASS
     assert replay.metadata.specification_digest == sha256_file(scenario.repo / "spec" / "claim.txt")
     assert replay.metadata.specification_digest != run.metadata.specification_digest
@@ -181,14 +145,14 @@ def test_unreadable_or_forged_run_records_are_refused(tmp_path: Path) -> None:
     original = meta_path.read_bytes()
     meta_path.write_bytes(original[:-10])
     with pytest.raises(RunRecordError):
-        _replay(run.attempt_dir, "a")
+        replay_stored(run.attempt_dir, "a")
     meta = json.loads(original)
     meta["surprise"] = 1
     meta_path.write_bytes(canonical(meta))
     with pytest.raises(RunRecordError):
-        _replay(run.attempt_dir, "b")
+        replay_stored(run.attempt_dir, "b")
     meta_path.write_bytes(original)
-    replay = _replay(run.attempt_dir, "c")
+    replay = replay_stored(run.attempt_dir, "c")
     with pytest.raises(RunRecordError) as caught:
-        _replay(replay.attempt_dir, "d")
+        replay_stored(replay.attempt_dir, "d")
     assert caught.value.code == "not_a_run"

@@ -6,26 +6,15 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kernel.external import Reason, RunDirectoryError, Stage, Status, Verdict, seal_job
-from tests.test_external_helpers import (
-    HONEST_PRODUCER,
-    PYTHON,
-    Scenario,
-    assert_no_leftover,
-    canonical,
-    sha256_file,
-)
+from tests.support.reference import canonical, sha256_file
+from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
 
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def _metadata(attempt_dir: str) -> dict[str, object]:

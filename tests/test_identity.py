@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -11,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel.identity import IdentityError, canonical_json, digest, is_digest
+from tests.support import reference
 
 json_domain = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(st.characters(exclude_categories=["Cs"])),
@@ -21,14 +21,10 @@ json_domain = st.recursive(
 )
 
 
-def reference_bytes(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
-
-
 @given(json_domain)
 def test_canonical_json_is_exactly_the_adr_encoding(value: Any) -> None:
-    assert canonical_json(value) == reference_bytes(value)
-    assert digest(value) == hashlib.sha256(reference_bytes(value)).hexdigest()
+    assert canonical_json(value) == reference.canonical(value)
+    assert digest(value) == reference.sha(value)
 
 
 @given(json_domain)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import enum
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from kernel.identity import (
     fast_path_enabled,
     set_fast_path,
 )
+from tests.support.reference import canonical as stdlib_bytes  # ADR-0001's definition
 
 # The differential properties run many more examples than the ci profile's
 # default; the deep profile (make fuzz) raises them further, and
@@ -53,11 +53,6 @@ DIFFERENTIAL_EXAMPLES = max(
 
 FAST_INT_MIN = -(2**63)
 FAST_INT_MAX = 2**64 - 1
-
-
-def stdlib_bytes(value: Any) -> bytes:
-    """ADR-0001's definition, written out here rather than imported."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
 
 
 def orjson_bytes(value: Any) -> bytes:

@@ -13,7 +13,6 @@ import logging
 import multiprocessing
 import shutil
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,10 +54,10 @@ from kernel.replay import (
 )
 from kernel.serde import dumps, loads
 from kernel.verification import Role, Status
-from tests.orchestrate_helpers import certifier, e2e_bundle, hand_digest, shipped_entry
-from tests.test_external_helpers import assert_no_leftover
+from tests.orchestrate_helpers import certifier, e2e_bundle, shipped_entry
+from tests.support.reference import sha
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftovers")]
 
 D = ReplayDisposition
 EXPECTED = (
@@ -70,12 +69,6 @@ EXPECTED = (
     D.CANDIDATE_IDENTITY_MISMATCH,
 )
 CERTIFIED = (0, 2, 3)  # the attempts whose contract closes
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
 
 
 @functools.cache
@@ -174,7 +167,7 @@ def test_the_certified_result_binds_the_sealed_receipt(
     assert receipt.produced_by.session != receipt.candidate.author_session
     receipt_doc = json.loads(dumps(receipt))
     receipt_id = receipt_doc.pop("receipt_id")
-    assert receipt_id == hand_digest(receipt_doc)
+    assert receipt_id == sha(receipt_doc)
     # The run's own record is what the backend output (and so the receipt) sealed.
     metadata = json.loads(
         (tmp_path / "work" / replay_input.attempt_id / RUN_ID / "metadata.json").read_text()
@@ -191,13 +184,13 @@ def test_the_certified_result_binds_the_sealed_receipt(
     outcome_doc = json.loads(dumps(certified))
     del outcome_doc["explanation"]
     outcome_doc["proof_outcome_id"] = ""
-    assert hand_digest(outcome_doc) == certified.proof_outcome_id
+    assert sha(outcome_doc) == certified.proof_outcome_id
     result = dispose(proofs)
     assert result.proof_replay_refs[2] == certified.proof_outcome_id
     result_doc = json.loads(dumps(result))
     del result_doc["explanation"]
     result_doc["replay_result_id"] = ""
-    assert hand_digest(result_doc) == result.replay_result_id
+    assert sha(result_doc) == result.replay_result_id
     # Another work directory, the same bytes as the whole-bundle run.
     assert dumps(result) == inline[1].splitlines()[0]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,7 @@ from kernel.commands.replay import attempt_lines
 from kernel.orchestrate import replay_bundle
 from kernel.organs import CERTIFIED_MANIFEST
 from tests.orchestrate_helpers import E2E_BUNDLE, ROOT, certifier, e2e_bundle
-from tests.test_external_cli import kernel
-from tests.test_external_helpers import assert_no_leftover
+from tests.support.cli import kernel
 
 runner = CliRunner()
 DISPOSITIONS = [
@@ -30,10 +28,7 @@ DISPOSITIONS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def _attempt_ids() -> tuple[str, ...]:

@@ -34,13 +34,15 @@ from kernel.orchestrate import (
     replay_bundle,
 )
 from kernel.organs import CERTIFIED_MANIFEST
-from tests.orchestrate_helpers import (
+from tests.orchestrate_helpers import certifier, e2e_bundle
+from tests.support.processes import (
+    assert_no_leftover,
     assert_no_new_descendants,
-    certifier,
+    cmdline,
     descendants,
-    e2e_bundle,
+    live_pids,
+    stat,
 )
-from tests.test_external_helpers import assert_no_leftover
 
 pytestmark = pytest.mark.slow
 
@@ -51,26 +53,14 @@ STOP_SECONDS = 10.0
 
 def _runs_a_check(pid: int, marker: str) -> bool:
     """Whether a live child of ``pid`` is a producer/checker launch naming ``marker``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[1]) == pid and marker.encode() in cmdline:
-            return True
-    return False
+    return any(
+        info.parent == pid and marker.encode() in cmdline(child)
+        for child, info in live_pids().items()
+    )
 
 
 def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
+    return (info := stat(pid)) is not None and info.alive
 
 
 class Cluster:

@@ -43,17 +43,12 @@ from kernel.orchestrate import (
 )
 from kernel.organs import CERTIFIED_MANIFEST
 from kernel.replay import ContractClosed, ProofEvidence
-from tests.orchestrate_helpers import (
-    E2E_BUNDLE,
-    assert_no_new_descendants,
-    certifier,
-    descendants,
-    e2e_bundle,
-)
-from tests.test_external_cli import kernel
-from tests.test_external_helpers import assert_no_leftover
+from tests.orchestrate_helpers import E2E_BUNDLE, certifier, e2e_bundle
+from tests.support.cli import kernel
+from tests.support.processes import assert_no_new_descendants, descendants
+from tests.support.reference import canonical
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftovers")]
 
 runner = CliRunner()
 CLOSED = (0, 2, 3)  # e2e attempts whose contract closes under certified.v1
@@ -69,11 +64,12 @@ def _shared_worker_pids() -> frozenset[int]:
 
 
 @pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+def _no_new_workers() -> Iterator[None]:
+    # Runs its check after no_leftovers' (no producer or checker: their argv
+    # names tmp_path): no pool or Dask worker of this test is left either.
     before = descendants()
     yield
-    assert_no_leftover(tmp_path)  # no producer or checker (their argv names tmp_path)
-    assert_no_new_descendants(before, exempt=_shared_worker_pids)  # no worker of this test
+    assert_no_new_descendants(before, exempt=_shared_worker_pids)
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +115,8 @@ def _envelopes(data: bytes) -> bytes:
     """The CLI's outcome lines for bare outcome lines, built here independently."""
     ids = [a.attempt_id for a in e2e_bundle().chain.run.candidate_attempts]
     return b"".join(
-        json.dumps({"attempt_id": ids[index], "attempt_index": index,
-                    "outcome": json.loads(line)},
-                   ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        canonical({"attempt_id": ids[index], "attempt_index": index,
+                   "outcome": json.loads(line)}) + b"\n"
         for index, line in enumerate(data.splitlines())
     )
 

@@ -1,14 +1,12 @@
 """The reference arithmetic organ: contract rules, proof rules, manifest, replay.
 
-Identities are recomputed with the tests' own code (``tests/reference.py`` and
+Identities are recomputed with the tests' own code (``tests/support/reference.py`` and
 ``_proof_outcome_id`` below), never with the package's payloads.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from typing import Any
 
 import attrs
 import pytest
@@ -39,7 +37,7 @@ from kernel.replay import (
     replay_attempt,
 )
 from kernel.upstream import CandidateDraft, SearchChain, build_chain
-from tests import reference
+from tests.support import reference
 
 CANDIDATE = "ab" * 32
 
@@ -86,21 +84,6 @@ def grounded(f: ProblemFrame) -> ProofOutcome:
 
 def determined(f: ProblemFrame) -> ProofOutcome:
     return prove_target_determined(context(f, organs.TARGET_DETERMINED))
-
-
-def _proof_outcome_id(o: ProofOutcome) -> str:
-    payload: dict[str, Any] = {
-        "proof_outcome_id": "",
-        "obligation_ref": o.obligation_ref,
-        "authority_id": o.authority_id,
-        "authority_version": o.authority_version,
-        "candidate_digest": o.candidate_digest,
-        "status": o.status.value,
-        "reason_codes": list(o.reason_codes),
-        "evidence_spans": [{"start": s.start, "end": s.end} for s in o.evidence_spans],
-    }
-    text = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # --- public surface and manifest ----------------------------------------------------
@@ -609,7 +592,7 @@ def test_proof_outcomes_are_sealed_and_bound_to_their_context() -> None:
         o = prove(context(f, ref))
         assert (o.obligation_ref, o.authority_id, o.authority_version) == (ref, ref, "v1")
         assert o.candidate_digest == CANDIDATE
-        assert o.proof_outcome_id == _proof_outcome_id(o)
+        assert o.proof_outcome_id == reference.proof_outcome_id(o)
 
 
 def test_a_frame_outside_the_identity_domain_is_refused_not_raised() -> None:
@@ -624,7 +607,7 @@ def test_a_frame_outside_the_identity_domain_is_refused_not_raised() -> None:
             ("frame_not_canonical",),
             (),
         )
-        assert o.proof_outcome_id == _proof_outcome_id(o)
+        assert o.proof_outcome_id == reference.proof_outcome_id(o)
 
 
 # --- properties ---------------------------------------------------------------------------
@@ -703,7 +686,7 @@ def test_proof_authorities_never_raise_and_seal_bound_outcomes(f: ProblemFrame) 
         o = prove(context(f, ref))
         assert o == prove(context(f, ref))
         assert (o.obligation_ref, o.authority_id, o.candidate_digest) == (ref, ref, CANDIDATE)
-        assert o.proof_outcome_id == _proof_outcome_id(o)
+        assert o.proof_outcome_id == reference.proof_outcome_id(o)
         assert (o.status is ProofStatus.CLOSED) == (o.reason_codes == ())
     if assess(f).runnable:
         assert determined(f).status is ProofStatus.CLOSED

@@ -4,7 +4,7 @@ The SMT problems are decided by the real solvers the orchestrator runs (the
 ``z3`` binary next to the interpreter, and cvc5 through its Python API).
 Receipts are built with the real ``plan_verification``/``seal_verification``
 as an independent Test Engineer. Identities are recomputed with the tests' own
-hashlib/json code (``_sha`` below and ``tests/reference.py``).
+hashlib/json code (``tests/support/reference.py``).
 """
 
 from __future__ import annotations
@@ -78,17 +78,12 @@ from kernel.verification import (
     plan_verification,
     seal_verification,
 )
-from tests import reference
-from tests.verification_strategies import (
-    canon as _canon,
-)
+from tests.support import reference
+from tests.support.reference import canonical, sha
 from tests.verification_strategies import (
     receipt_json_without_id,
     request_json_without_id,
     resealed_receipt,
-)
-from tests.verification_strategies import (
-    sha as _sha,
 )
 
 CANDIDATE = "ab" * 32
@@ -110,11 +105,11 @@ def _receipt_json(r: VerificationReceipt) -> dict[str, Any]:
 
 
 def _request_id(r: VerificationRequest) -> str:
-    return _sha(request_json_without_id(r))
+    return sha(request_json_without_id(r))
 
 
 def _receipt_id(r: VerificationReceipt) -> str:
-    return _sha(receipt_json_without_id(r))
+    return sha(receipt_json_without_id(r))
 
 
 _resealed = resealed_receipt
@@ -565,12 +560,12 @@ def test_the_evidence_document_is_the_canonical_json_of_request_and_receipt() ->
     plan = plan_for(story())
     receipt = sealed(plan)
     document = dumps(CertificationEvidence(plan.request, receipt))
-    assert document == _canon(
+    assert document == canonical(
         {"request": _request_json(plan.request), "receipt": _receipt_json(receipt)}
     )
     assert receipt.receipt_id == _receipt_id(receipt)
     assert receipt.backend_version == CHECK
-    assert receipt.evidence_digest == _sha(output_for(plan))
+    assert receipt.evidence_digest == sha(output_for(plan))
 
 
 # --- the authority ------------------------------------------------------------------------
@@ -626,14 +621,14 @@ def test_extra_keys_missing_keys_and_invalid_field_values_are_malformed() -> Non
     plan = plan_for(story())
     receipt = sealed(plan)
     good = {"request": _request_json(plan.request), "receipt": _receipt_json(receipt)}
-    assert prove(story(), raw(_canon(good))).status is ProofStatus.CLOSED
+    assert prove(story(), raw(canonical(good))).status is ProofStatus.CLOSED
     extra = {**good, "note": "x"}
     missing = {"request": good["request"]}
     bad_digest = {**good, "receipt": {**good["receipt"], "evidence_digest": "E" * 64}}
     inconsistent = {**good, "receipt": {**good["receipt"], "status": "REFUTED"}}
     enum_by_name = {**good, "request": {**good["request"], "stage": "ASSURANCE"}}
     for document in (extra, missing, bad_digest, inconsistent, enum_by_name):
-        refused_with(prove(story(), raw(_canon(document))), "certification_evidence_malformed")
+        refused_with(prove(story(), raw(canonical(document))), "certification_evidence_malformed")
 
 
 JSON = st.recursive(
@@ -645,7 +640,7 @@ JSON = st.recursive(
 )
 
 
-@given(st.binary(max_size=64) | JSON.map(_canon))
+@given(st.binary(max_size=64) | JSON.map(canonical))
 def test_arbitrary_documents_never_raise_and_refuse_as_malformed(document: bytes) -> None:
     refused_with(prove(story(), raw(document)), "certification_evidence_malformed")
 
@@ -930,7 +925,7 @@ def test_replay_with_certification_evidence_closes_contract_and_proof() -> None:
         "reason_codes": [f"receipt:{_receipt_id(receipt)}"],
         "evidence_spans": [{"start": b.span.start, "end": b.span.end} for b in frame.bindings],
     }
-    assert result.proof_replay_refs[-1] == _sha(expected_outcome)
+    assert result.proof_replay_refs[-1] == sha(expected_outcome)
     assert result.replay_result_id == reference.result_id(result)
     again = replay_attempt(replay_request(certified_chain()), CERTIFIED_MANIFEST, (evidence,))
     assert again == result
@@ -951,7 +946,7 @@ def test_replay_with_forged_certification_evidence_refuses_the_proof() -> None:
     evidence, receipt = orchestrate(chain)
     plan_request = json.loads(evidence.document)["request"]
     forged = attrs.evolve(receipt, backend_version="0" * 64)
-    document = _canon({"request": plan_request, "receipt": _receipt_json(forged)})
+    document = canonical({"request": plan_request, "receipt": _receipt_json(forged)})
     result = replay_attempt(replay_request(chain), CERTIFIED_MANIFEST, (raw(document),))
     assert isinstance(result, ReplayAdapterResult), result
     assert result.replay_disposition is ReplayDisposition.CONTRACT_CLOSED_BUT_PROOF_REFUSED

@@ -14,8 +14,8 @@ from kernel import frames, upstream
 from kernel.frames import DeltaRefusal, DeltaRefusalCode, FrameDelta, SourceSpan, apply_delta
 from kernel.serde import dumps, loads
 from kernel.upstream import SearchChain
-from tests import reference as ref
 from tests.strategies import chains, problem_frames
+from tests.support import reference as ref
 
 
 @given(chains())

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,54 +28,23 @@ from kernel.external import (
     ManifestError,
     Reason,
     RunDirectoryError,
-    RunLimits,
     RunOutcome,
     RunRecordError,
     Status,
-    default_environment,
     load_job,
     load_manifest,
-    replay_run,
     seal_job,
 )
 from kernel.orchestrate import replay_requests
 from kernel.serde import dumps
-from tests.test_external_helpers import (
-    HONEST_PRODUCER,
-    Scenario,
-    assert_no_leftover,
-    processes_mentioning,
-)
+from tests.support.cli import KERNEL_MAIN
+from tests.support.processes import cmdline, processes_mentioning
+from tests.test_external_helpers import HONEST_PRODUCER, Scenario, replay_stored
 
 T = TypeVar("T")
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    yield
-    assert_no_leftover(tmp_path)
-
-
-def _operator_config(run_dir: Path) -> dict[str, Path]:
-    """The operator's manifest and repository: the Scenario's files above the run.
-
-    Found from the test's own layout, never from anything the run recorded.
-    """
-    for folder in Path(run_dir).parents:
-        if (folder / "manifest.json").is_file() and (folder / "repo").is_dir():
-            return {"manifest_path": folder / "manifest.json", "repository_root": folder / "repo"}
-    raise AssertionError(f"no Scenario above {run_dir}")
-
-
-def _replay(run_dir: str | Path, replay_id: str = "replay-1", **kwargs: Any) -> RunOutcome:
-    return replay_run(
-        Path(run_dir),
-        **{**_operator_config(Path(run_dir)), **kwargs},
-        replay_id=replay_id,
-        limits=RunLimits(30.0, 30.0),
-        environment=default_environment(),
-        **kwargs,
-    )
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def _release(fifo: Path) -> None:
@@ -117,7 +86,7 @@ def test_replay_of_a_run_whose_metadata_is_a_fifo_is_refused_not_hung(tmp_path: 
     metadata.unlink()
     os.mkfifo(metadata)
     with pytest.raises(RunRecordError) as caught:
-        _within(5.0, metadata, lambda: _replay(run.attempt_dir))
+        _within(5.0, metadata, lambda: replay_stored(run.attempt_dir))
     assert caught.value.code == "metadata_unreadable"
 
 
@@ -127,7 +96,7 @@ def test_replay_of_a_run_whose_job_is_a_fifo_is_refused_not_hung(tmp_path: Path)
     job.unlink()
     os.mkfifo(job)
     with pytest.raises(RunRecordError) as caught:
-        _within(5.0, job, lambda: _replay(run.attempt_dir))
+        _within(5.0, job, lambda: replay_stored(run.attempt_dir))
     assert caught.value.code == "retained_job_unreadable"
 
 
@@ -288,7 +257,7 @@ def test_replay_never_follows_a_replays_symlink_planted_in_the_run(tmp_path: Pat
     run = Scenario(tmp_path, producer=HONEST_PRODUCER + plant).run()
     assert run.status is Status.PASS  # replays/ is not the run's business
     with pytest.raises(RunRecordError) as caught:
-        _replay(run.attempt_dir)
+        replay_stored(run.attempt_dir)
     assert caught.value.code == "replays_not_directory"
     assert list(elsewhere.iterdir()) == []
 
@@ -300,7 +269,7 @@ def test_replay_of_a_run_whose_job_was_swapped_is_refused(tmp_path: Path) -> Non
     other = seal_job("job-2", "demo", "a job this run never ran")
     Path(run.attempt_dir, "job.json").write_bytes(dumps(other) + b"\n")
     with pytest.raises(RunRecordError) as caught:
-        _replay(run.attempt_dir)
+        replay_stored(run.attempt_dir)
     assert caught.value.code == "retained_job_mismatch"
     assert not Path(run.attempt_dir, "replays", "replay-1").exists()
 
@@ -313,7 +282,7 @@ def test_replay_of_a_run_whose_job_is_a_symlink_is_refused(tmp_path: Path) -> No
     job.unlink()
     job.symlink_to(copy)
     with pytest.raises(RunRecordError) as caught:
-        _replay(run.attempt_dir)
+        replay_stored(run.attempt_dir)
     assert caught.value.code == "retained_job_unreadable"
 
 
@@ -361,9 +330,6 @@ def test_a_pass_for_another_specification_never_closes_the_target(
 
 # --- kernel run under SIGTERM: the running certification's processes die with it ------
 
-_MAIN = "import sys; from kernel.cli import main; sys.argv[0] = 'kernel'; main()"
-
-
 def _venv_with_a_slow_z3(tmp_path: Path) -> Path:
     """A venv-shaped directory whose ``z3`` never answers (the interpreter is the real one)."""
     config = Path(sys.prefix) / "pyvenv.cfg"
@@ -382,12 +348,11 @@ def _venv_with_a_slow_z3(tmp_path: Path) -> Path:
 
 def test_sigterm_to_kernel_run_kills_the_running_certification(tmp_path: Path) -> None:
     from tests.orchestrate_helpers import E2E_BUNDLE
-    from tests.test_external_helpers import processes_mentioning
 
     venv = _venv_with_a_slow_z3(tmp_path)
     out = tmp_path / "outcomes.jsonl"
     kernel = subprocess.Popen(
-        [str(venv / "bin" / "python"), "-c", _MAIN, "run", str(E2E_BUNDLE),
+        [str(venv / "bin" / "python"), "-c", KERNEL_MAIN, "run", str(E2E_BUNDLE),
          "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -406,9 +371,9 @@ def test_sigterm_to_kernel_run_kills_the_running_certification(tmp_path: Path) -
         while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
             time.sleep(0.05)
         left = {
-            pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:160]
+            pid: line[:160]
             for pid in processes_mentioning(str(tmp_path))
-            if Path(f"/proc/{pid}").exists()
+            if (line := cmdline(pid))
         }
         assert not left, f"the certification outlived kernel run: {left}"
     finally:

@@ -2,7 +2,7 @@
 
 Each test builds a valid chain with the toy organ (tests/replay_fixtures.py),
 breaks exactly one thing, and checks the disposition *and* the reason code of
-the first failing check. Identities are recomputed by tests/reference.py.
+the first failing check. Identities are recomputed by tests/support/reference.py.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from kernel.upstream import (
     seal_gate,
     seal_run,
 )
-from tests import reference as ref
 from tests.replay_fixtures import (
     CLOSING,
     CONTRACT_REFUSING,
@@ -66,6 +65,7 @@ from tests.replay_fixtures import (
     toy_chain,
     toy_manifest,
 )
+from tests.support import reference as ref
 
 D = ReplayDisposition
 RC = ReasonCode

@@ -49,7 +49,6 @@ from kernel.upstream import (
     reconstruction_digest_of,
     seal_run,
 )
-from tests import reference
 from tests.replay_fixtures import (
     CLOSING,
     CONTRACT_REFUSING,
@@ -62,6 +61,7 @@ from tests.replay_fixtures import (
     toy_chain,
     toy_manifest,
 )
+from tests.support import reference
 
 D = ReplayDisposition
 T = TypeVar("T")

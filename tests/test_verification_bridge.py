@@ -34,6 +34,7 @@ from kernel.verification import (
     seal_verification,
 )
 from tests import verification_strategies as vs
+from tests.support import reference as ref
 
 # --- planning ------------------------------------------------------------------
 
@@ -65,10 +66,10 @@ def test_plan_returns_the_request_and_a_runnable_argv() -> None:
 
 def test_request_id_is_sha256_of_every_other_field() -> None:
     r = vs.plan().request
-    assert r.request_id == vs.sha(vs.request_json_without_id(r))
+    assert r.request_id == ref.sha(vs.request_json_without_id(r))
     as_json = json.loads(dumps(r))
     del as_json["request_id"]
-    assert r.request_id == vs.sha(as_json)
+    assert r.request_id == ref.sha(as_json)
 
 
 def test_argv_is_built_without_a_shell() -> None:
@@ -243,15 +244,15 @@ def test_seal_builds_the_receipt_from_the_plan_and_the_run() -> None:
     assert receipt.authority is r.authority  # carried from the plan
     assert receipt.stage is r.stage
     assert receipt.command_configuration == r.command_configuration
-    assert receipt.evidence_digest == vs.sha(out)
+    assert receipt.evidence_digest == ref.sha(out)
     assert receipt.status is Status.VERIFIED
     assert receipt.evidence_tier is EvidenceTier.OBSERVED
     assert receipt.backend_verdict is BackendVerdict.VERIFIED
     assert receipt.produced_by == vs.tester()
-    assert receipt.receipt_id == vs.sha(vs.receipt_json_without_id(receipt))
+    assert receipt.receipt_id == ref.sha(vs.receipt_json_without_id(receipt))
     as_json = json.loads(dumps(receipt))
     del as_json["receipt_id"]
-    assert receipt.receipt_id == vs.sha(as_json)
+    assert receipt.receipt_id == ref.sha(as_json)
 
 
 @pytest.mark.parametrize(
@@ -414,13 +415,13 @@ def test_request_and_receipt_from_one_plan_share_command_configuration(
     receipt = seal_verification(p, out, Producer(role, session))
     assert isinstance(receipt, VerificationReceipt)
     assert receipt.command_configuration == p.request.command_configuration
-    assert vs.canon(vs.config_json(receipt.command_configuration)) == vs.canon(
+    assert ref.canonical(vs.config_json(receipt.command_configuration)) == ref.canonical(
         vs.config_json(p.request.command_configuration)
     )
     assert receipt.authority is p.request.authority
-    assert receipt.evidence_digest == vs.sha(out)
-    assert receipt.receipt_id == vs.sha(vs.receipt_json_without_id(receipt))
-    assert p.request.request_id == vs.sha(vs.request_json_without_id(p.request))
+    assert receipt.evidence_digest == ref.sha(out)
+    assert receipt.receipt_id == ref.sha(vs.receipt_json_without_id(receipt))
+    assert p.request.request_id == ref.sha(vs.request_json_without_id(p.request))
 
 
 @given(data=st.data(), spec=vs.plannable_specs())

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from kernel.cli import app
-from tests import verification_strategies as vs
+from tests.support import reference as ref
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verify"
 EXAMPLE_CANDIDATE = "7d804c3ddcc0032bf84c354bbe947bde13084008355fce6f155d7d4e5bdfcb6f"
@@ -25,7 +25,7 @@ def canonical_stdout(result: Result) -> Any:
     text = result.stdout
     assert text.endswith("\n") and text.count("\n") == 1
     doc = json.loads(text)
-    assert vs.canon(doc) == text[:-1].encode("utf-8")  # strict canonical JSON out
+    assert ref.canonical(doc) == text[:-1].encode("utf-8")  # strict canonical JSON out
     return doc
 
 
@@ -65,7 +65,7 @@ def test_plan_prints_the_plan_and_exits_0() -> None:
     assert doc["argv"][:2] == ["reverify", "verify-claim"]
     request = doc["request"]
     request_id = request.pop("request_id")
-    assert request_id == vs.sha(request)
+    assert request_id == ref.sha(request)
 
 
 def test_plan_rejection_is_json_on_stdout_and_exits_1() -> None:
@@ -129,14 +129,14 @@ def test_seal_prints_the_receipt_and_exits_0(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     receipt = canonical_stdout(result)
     output = json.loads((EXAMPLES / "output.json").read_bytes())
-    assert receipt["evidence_digest"] == vs.sha(output)
+    assert receipt["evidence_digest"] == ref.sha(output)
     assert receipt["backend_version"] == output["backend_version"]
     assert (
         receipt["command_configuration"]
         == json.loads(plan.read_bytes())["request"]["command_configuration"]
     )
     receipt_id = receipt.pop("receipt_id")
-    assert receipt_id == vs.sha(receipt)
+    assert receipt_id == ref.sha(receipt)
 
 
 def test_seal_is_byte_for_byte_deterministic(tmp_path: Path) -> None:

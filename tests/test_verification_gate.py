@@ -31,7 +31,8 @@ from kernel.verification import (
     seal_verification,
 )
 from tests import verification_strategies as vs
-from tests.test_external_cli import kernel
+from tests.support import reference as ref
+from tests.support.cli import kernel
 
 NO_HISTORY = RepairHistory(prior_candidates=(), pre_repair_evidence_digests=())
 
@@ -427,8 +428,8 @@ def _should_pass(
 ) -> bool:
     """The seed's gate rule, restated independently of the implementation."""
     return (
-        receipt.receipt_id == vs.sha(vs.receipt_json_without_id(receipt))
-        and request.request_id == vs.sha(vs.request_json_without_id(request))
+        receipt.receipt_id == ref.sha(vs.receipt_json_without_id(receipt))
+        and request.request_id == ref.sha(vs.request_json_without_id(request))
         and request.stage in ASSURANCE_STAGES
         and request.authority is Authority.ASSURANCE
         and request.requested_by in PERMITTED_REQUESTERS[request.stage]

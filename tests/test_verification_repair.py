@@ -21,6 +21,7 @@ from kernel.verification import (
     plan_post_repair_reruns,
 )
 from tests import verification_strategies as vs
+from tests.support import reference as ref
 
 BEFORE = vs.candidate(vs.PRIOR_DIGEST)
 REPAIRED = vs.candidate(vs.CANDIDATE_DIGEST)
@@ -69,7 +70,7 @@ def test_reruns_replan_only_required_checks_on_the_repaired_candidate() -> None:
         original.command_configuration,
         original.expected_result,
     )
-    assert r.request_id == vs.sha(vs.request_json_without_id(r))
+    assert r.request_id == ref.sha(vs.request_json_without_id(r))
 
 
 def test_independent_rerun_on_the_repaired_candidate_closes() -> None:

@@ -1,14 +1,13 @@
-"""Builders, an independent hasher and Hypothesis strategies for the verification tests.
+"""Builders, reference payloads and Hypothesis strategies for the verification tests.
 
-The hashing here is deliberately written from scratch (``json`` + ``hashlib``)
-rather than through ``kernel.identity``, so a change in what the package hashes
-is caught by the tests instead of being mirrored by them.
+The payload shapes here are written from the documented records and hashed
+with ``tests.support.reference`` (``json`` + ``hashlib``), never through
+``kernel.identity``, so a change in what the package hashes is caught by the
+tests instead of being mirrored by them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import attrs
@@ -36,24 +35,12 @@ from kernel.verification import (
     plan_verification,
     seal_verification,
 )
+from tests.support.reference import sha
 
 AUTHOR = "session-author"
 TESTER = "session-tester"
 CANDIDATE_DIGEST = "c" * 64
 PRIOR_DIGEST = "b" * 64
-
-
-# --- an independent canonical hasher ----------------------------------------
-
-
-def canon(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
-        "utf-8"
-    )
-
-
-def sha(value: Any) -> str:
-    return hashlib.sha256(canon(value)).hexdigest()
 
 
 def candidate_json(c: Candidate) -> dict[str, Any]:

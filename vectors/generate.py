@@ -7,7 +7,7 @@ Every expected value here is computed by the kernel itself (the library for
 canonical bytes, parsing and identity payloads; the real ``kernel bundle``
 and ``kernel replay`` commands for the replay cases). They are then checked
 twice, independently: by ``tests/test_vectors.py`` against the standard
-library and ``tests/reference.py``, and by ``vectors/conformance.mjs``, a
+library and ``tests/support/reference.py``, and by ``vectors/conformance.mjs``, a
 Node.js implementation written from the ADRs. A change to canonical bytes,
 an identity payload or an outcome line therefore shows up as a diff here.
 """

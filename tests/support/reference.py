@@ -1,16 +1,22 @@
-"""Independent reference identities (ADR-0229 §17).
+"""The one independent reference hasher and the identities it recomputes (ADR-0229 §17).
 
 Written from adr/0001-records-and-identities.md, not from the package: it uses
 its own JSON encoding and its own payload shapes, and never calls
 ``kernel.identity`` or a record's ``payload()``. If the package's payloads or
 hashing drift from the documented identities, the tests comparing against
 this module fail.
+
+Every test that recomputes a digest uses ``canonical``/``sha`` (or
+``sha256_file``) from here rather than a copy of its own: the standard
+library's ``json`` and ``hashlib`` only, so the check stays independent of
+``kernel.identity``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from kernel.frames import Binding, FrameDelta, ProblemFrame, Relation, SourceSpan, Target
@@ -26,9 +32,20 @@ from kernel.upstream import (
 )
 
 
-def sha(value: Any) -> str:
+def canonical(value: Any) -> bytes:
+    """Canonical JSON as ADR 0001 defines it, written out with the stdlib."""
     text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return text.encode("utf-8")
+
+
+def sha(value: Any) -> str:
+    """Lowercase hex SHA-256 of ``canonical(value)``."""
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def sha256_file(path: Path | str) -> str:
+    """SHA-256 of a file's bytes, following symlinks (as pins do)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def span(s: SourceSpan) -> dict[str, Any]:
