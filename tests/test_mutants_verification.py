@@ -26,6 +26,7 @@ from kernel.verification import (
     BackendInactive,
     BackendOperation,
     BackendReady,
+    BackendVerdict,
     Claim,
     ClaimLevel,
     ClosureReason,
@@ -50,6 +51,8 @@ from kernel.verification import (
     evaluate_gate,
     integrate_selections,
     plan_post_repair_reruns,
+    plan_verification,
+    seal_verification,
     select_backend,
 )
 from kernel.verification import PostRepairClosure as Closure
@@ -619,3 +622,207 @@ def test_a_closure_refuses_an_inconsistent_state() -> None:
     with pytest.raises(ValueError) as raised:
         Closure(candidate=D, closed=False, items=(), rereview="rereview")  # type: ignore[arg-type]
     assert str(raised.value) == "post-repair closure never schedules a review round"
+
+
+# --- the bridge: planning and sealing refusals, word for word ---------------------------
+
+
+def _planned(stage: Stage = Stage.ASSURANCE, **changes: Any) -> tuple[RejectionCode, str]:
+    refused = vs.rejection(plan_verification(vs.spec(stage, **changes)))
+    assert refused.backend_detail is None
+    return refused.code, refused.message
+
+
+def test_planning_messages() -> None:
+    assert _planned(requested_by=Role.ORCHESTRATOR) == (
+        RejectionCode.REQUESTER_NOT_PERMITTED,
+        "orchestrator may not request a run at stage assurance",
+    )
+    assert _planned(Stage.INTEGRATION, authority=Authority.ASSURANCE) == (
+        RejectionCode.AUTHORITY_STAGE_MISMATCH,
+        "stage integration carries diagnostic authority, not assurance",
+    )
+    assert _planned(activation=Activation.INACTIVE) == (
+        RejectionCode.BACKEND_NOT_ACTIVATED,
+        "backend reverify is inactive for claim claim-exit-code; "
+        "a request binds a selected or required backend",
+    )
+    assert _planned(expected_result=Status.INCONCLUSIVE) == (
+        RejectionCode.EXPECTED_RESULT_INVALID,
+        "expected result INCONCLUSIVE is not VERIFIED or REFUTED",
+    )
+    assert _planned(backend="test-engineer") == (
+        RejectionCode.BACKEND_IS_A_ROLE,
+        "'test-engineer' names a role; a backend is never a role",
+    )
+    assert _planned(backend="klee") == (
+        RejectionCode.BACKEND_UNKNOWN,
+        "backend 'klee' is not in the catalog",
+    )
+    assert _planned(command_configuration=vs.configuration("fuzz")) == (
+        RejectionCode.BACKEND_OPERATION_UNSUPPORTED,
+        "backend reverify lists no operation 'fuzz'",
+    )
+    assert _planned(command_configuration=vs.configuration("propose-claims")) == (
+        RejectionCode.GENERATIVE_BACKEND_OPERATION_DENIED,
+        "reverify propose-claims proposes claims; verifying its own proposals is circular",
+    )
+    assert _planned(claim=SOURCE_CLAIM) == (
+        RejectionCode.REVERIFY_CLAIM_NOT_APPLICABLE,
+        "reverify applies to binary-level claims, not source",
+    )
+
+
+def test_a_plan_carries_the_spec_and_its_own_argv() -> None:
+    p = vs.plan(backend="cbmc", command_configuration=vs.configuration("check-property"))
+    assert p.request.request_id == vs.sha(vs.request_json_without_id(p.request))
+    assert p.argv == (
+        "cbmc",
+        "check-property",
+        f"--candidate={vs.CANDIDATE_DIGEST}",
+        "--claim-id=claim-exit-code",
+        "--claim-level=binary",
+        "--claim=main returns 0",
+        "--timeout=30",
+        "--unwind=8",
+        "--",
+        "build/app.bin",
+    )
+
+
+def _sealed(
+    plan: Any, output: Any, producer: Producer | None = None
+) -> tuple[RejectionCode, str, str | None]:
+    refused = vs.rejection(seal_verification(plan, output, producer or vs.tester()))
+    return refused.code, refused.message, refused.backend_detail
+
+
+def test_sealing_refuses_a_tampered_plan_with_its_reason() -> None:
+    p = vs.plan()
+    edited = attrs.evolve(p, request=attrs.evolve(p.request, backend="cbmc"))
+    assert _sealed(edited, vs.output(p)) == (
+        RejectionCode.PLAN_TAMPERED,
+        "request_id does not recompute",
+        None,
+    )
+    argv = attrs.evolve(p, argv=(*p.argv, "--extra"))
+    assert _sealed(argv, vs.output(p)) == (
+        RejectionCode.PLAN_TAMPERED,
+        "argv is not the one planned for the request",
+        None,
+    )
+    # A resealed request that planning would refuse is refused with planning's code.
+    routed = attrs.evolve(p, request=vs.resealed_request(p.request, requested_by=Role.REVIEWER))
+    assert _sealed(routed, vs.output(p))[:2] == (
+        RejectionCode.REQUESTER_NOT_PERMITTED,
+        "reviewer may not request a run at stage assurance",
+    )
+
+
+def test_sealing_refuses_the_wrong_producer_with_its_reason() -> None:
+    p = vs.plan()
+    out = vs.output(p)
+    assert _sealed(p, out, Producer(Role.ORCHESTRATOR, "s")) == (
+        RejectionCode.PRODUCER_ROLE_CANNOT_EXECUTE,
+        "orchestrator never executes a backend",
+        None,
+    )
+    assert _sealed(p, out, Producer(Role.IMPLEMENTER, "s")) == (
+        RejectionCode.AUTHORITY_PRODUCER_MISMATCH,
+        "the plan carries assurance authority but a run by implementer is diagnostic",
+        None,
+    )
+    assert _sealed(p, out, vs.tester(vs.AUTHOR)) == (
+        RejectionCode.ASSURANCE_NOT_INDEPENDENT,
+        "session 'session-author' authored the candidate; assurance needs "
+        "an independent session",
+        None,
+    )
+    # A diagnostic run in the author's own session is sealed: only assurance needs
+    # independence.
+    d = vs.plan(Stage.IMPLEMENTATION)
+    receipt = seal_verification(d, vs.output(d), Producer(Role.IMPLEMENTER, vs.AUTHOR))
+    assert isinstance(receipt, VerificationReceipt)
+    assert receipt.authority is Authority.DIAGNOSTIC
+
+
+def _malformed_output(p: Any, output: Any) -> str:
+    code, message, detail = _sealed(p, output)
+    assert (code, detail) == (RejectionCode.BACKEND_OUTPUT_MALFORMED, None)
+    return message
+
+
+def test_sealing_refuses_malformed_output_with_its_reason() -> None:
+    p = vs.plan()
+    assert _malformed_output(p, ["verified"]) == "output is not a JSON object"
+    assert _malformed_output(p, {**vs.output(p), "score": 0.5}).startswith(
+        "output is outside canonical JSON: "
+    )
+    out = vs.output(p, extra="x", zzz="y")
+    del out["detail"], out["claim_id"]
+    assert _malformed_output(p, out) == (
+        "output keys differ: missing ['claim_id', 'detail'], unexpected ['extra', 'zzz']"
+    )
+    assert _malformed_output(p, vs.output(p, detail=None, verdict=1)) == (
+        "output field detail is not a string"
+    )
+    # ``evidence`` is any JSON; the others are strings.
+    anything = seal_verification(p, vs.output(p, evidence=None), vs.tester())
+    assert isinstance(anything, VerificationReceipt)
+    for version in ("", "reverify\x002", "\x00"):
+        assert _malformed_output(p, vs.output(p, backend_version=version)) == (
+            "output field backend_version is empty or contains NUL"
+        )
+    assert _malformed_output(p, vs.output(p, verdict="proved")) == (
+        "'proved' is not a valid BackendVerdict"
+    )
+    assert _malformed_output(p, vs.output(p, evidence_tier="guessed")) == (
+        "'guessed' is not a valid EvidenceTier"
+    )
+
+
+def test_sealing_refuses_output_about_something_else() -> None:
+    p = vs.plan()
+    for key, value, want in (
+        ("backend", "cbmc", "reverify"),
+        ("candidate", D, vs.CANDIDATE_DIGEST),
+        ("claim_id", "claim-other", "claim-exit-code"),
+    ):
+        assert _sealed(p, vs.output(p, **{key: value})) == (
+            RejectionCode.BACKEND_OUTPUT_MISMATCH,
+            f"output {key} {value!r} is not the plan's {want!r}",
+            None,
+        )
+
+
+def test_a_malformed_claim_carries_the_backends_detail() -> None:
+    p = vs.plan()
+    out = vs.output(p, verdict="claim_malformed", detail="line 1: unexpected token")
+    assert _sealed(p, out) == (
+        RejectionCode.CLAIM_MALFORMED,
+        "reverify could not parse claim claim-exit-code",
+        "line 1: unexpected token",
+    )
+
+
+def test_a_sealed_receipt_binds_the_plan_and_the_whole_output() -> None:
+    p = vs.plan()
+    out = vs.output(p, backend_version="reverify 9", evidence_tier="derived")
+    receipt = seal_verification(p, out, vs.tester())
+    assert isinstance(receipt, VerificationReceipt)
+    assert receipt.receipt_id == vs.sha(vs.receipt_json_without_id(receipt))
+    assert receipt.evidence_digest == vs.sha(out)
+    assert (receipt.request_id, receipt.backend_version, receipt.status) == (
+        p.request.request_id,
+        "reverify 9",
+        Status.INCONCLUSIVE,
+    )
+    assert receipt.command_configuration is p.request.command_configuration
+
+
+def test_status_for_a_malformed_claim_is_refused() -> None:
+    # A receipt cannot even be built around a claim_malformed verdict.
+    receipt = vs.seal(vs.plan())
+    with pytest.raises(ValueError) as raised:
+        attrs.evolve(receipt, backend_verdict=BackendVerdict.CLAIM_MALFORMED)
+    assert str(raised.value) == "a malformed claim is rejected, never sealed"
