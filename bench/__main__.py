@@ -1,9 +1,11 @@
 """``python -m bench``: run every comparison interleaved and print a table of ratios.
 
-python -m bench                  # the full run recorded in BENCHMARKS.md
-python -m bench --rounds 7       # a quick look
-python -m bench --markdown       # also print the tables as Markdown
-python -m bench --drat           # the DRAT checker against dratify (bench/_drat.py)
+    python -m bench                  # the full run recorded in BENCHMARKS.md
+    python -m bench --rounds 7       # a quick look
+    python -m bench --markdown       # also print the tables as Markdown
+    python -m bench --scale 1000 10000 100000   # only: CPU of replay batches by size
+    python -m bench --scale 10000 100000 --frozen   # the same, bundle frozen from the GC
+    python -m bench --drat           # the DRAT checker against dratify (bench/_drat.py)
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from rich.table import Table
 
 from bench._canonical import comparisons as canonical_comparisons
 from bench._cases import comparisons, load_corpus
+from bench._external import report as external_report
 from bench._harness import Ratio, measure
+from bench._replay_split import comparison as split_comparison
+from bench._replay_split import hash_floor, scaling
+from bench._replay_split import summary as split_summary
 from bench._validate import census
 from bench._validate import comparison as validate_comparison
 
@@ -78,11 +84,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     parser.add_argument("--drat", action="store_true", help="run only the DRAT comparison")
+    parser.add_argument(
+        "--scale", type=int, nargs="+", metavar="N",
+        help="only measure CPU of replay batches of these sizes (linear: T ratio = size ratio)",
+    )
+    parser.add_argument(
+        "--frozen", action="store_true", help="with --scale: gc.freeze() the built bundle first"
+    )
     args = parser.parse_args(argv)
     if args.drat:
         from bench._drat import main as drat_main
 
         return drat_main(rounds=args.rounds if args.rounds != 81 else 5)
+    if args.scale:
+        for line in scaling(tuple(args.scale), frozen=args.frozen):
+            print(line)
+        return 0
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (quartiles need them)")
 
@@ -97,18 +114,28 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"[bold]replay-kernel benchmarks[/bold]: {facts}")
     corpus = load_corpus()
     found = census(corpus)
-    work = (*comparisons(corpus), *canonical_comparisons(), validate_comparison(corpus, found))
+    floor = hash_floor(corpus)
+    work = (
+        *comparisons(corpus),
+        *canonical_comparisons(),
+        validate_comparison(corpus, found),
+        split_comparison(corpus, floor),
+    )
 
     table = Table(title="ratios: baseline time / variant time per round (> 1: variant faster)")
     for header in HEADERS:
         table.add_column(header, overflow="fold")
     rows: list[tuple[str, ...]] = []
     shares: list[Ratio] = []
+    split: dict[str, float] = {}
     for item in work:
         console.print(f"  measuring {item.group}: {item.case} ...", style="dim")
         ratios = measure(item, rounds=args.rounds, target_s=args.target_ms / 1000)
         if item.group.startswith("d:"):
             shares.extend(ratios)
+        if item.group.startswith("e:"):
+            split[item.baseline.label] = statistics.median(ratios[0].baseline_us)
+            split.update({r.variant.label: statistics.median(r.variant_us) for r in ratios})
         for ratio in ratios:
             row = (item.group, item.case, *_row(ratio))
             rows.append(row)
@@ -134,14 +161,19 @@ def main(argv: list[str] | None = None) -> int:
     console.print("[bold]d: validate digest census[/bold]")
     for line in census_lines:
         console.print(f"  {line}")
+    split_lines = split_summary(floor, split)
+    console.print("[bold]e: replay split[/bold]")
+    for line in split_lines:
+        console.print(f"  {line}")
     if args.markdown:
         print()
         print(f"Machine: {facts}")
         print()
         print(_markdown(rows))
         print()
-        for line in census_lines:
+        for line in (*census_lines, *split_lines):
             print(f"- {line}")
+    external_report(console, rounds=max(3, min(args.rounds, 7)))  # bench/_external.py
     console.print(f"done in {time.perf_counter() - started:.0f} s", style="dim")
     return 0
 

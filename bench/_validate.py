@@ -25,7 +25,8 @@ from bench._harness import Comparison, Variant
 from kernel.identity import JsonValue, digest
 from kernel.organs import builtin_manifest
 from kernel.replay import ReplayRequest, validate
-from kernel.replay._machine import _REQUEST_FIELDS, _validate_deep
+from kernel.replay._facts import validate_deep as _validate_deep
+from kernel.replay._guards import REQUEST_FIELDS as _REQUEST_FIELDS
 
 
 @dataclass(frozen=True)

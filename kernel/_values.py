@@ -20,6 +20,7 @@ __all__ = [
     "NAME",
     "NON_NEGATIVE_INT",
     "OPTIONAL_DIGEST",
+    "OPTIONAL_NON_NEGATIVE_INT",
     "TEXT",
     "tuple_of",
 ]
@@ -62,6 +63,7 @@ TEXT: Final = _exact(str)
 NAME: Final = _name
 DIGEST: Final = _digest
 OPTIONAL_DIGEST: Final = _optional_digest
+OPTIONAL_NON_NEGATIVE_INT: Final = attrs.validators.optional(NON_NEGATIVE_INT)
 
 
 def tuple_of(member: type | tuple[type, ...], *, names: bool = False) -> Validator:

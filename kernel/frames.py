@@ -4,7 +4,14 @@ Rules:
 
 - A ``SourceSpan`` is a half-open range of code points ``[start, end)`` in the
   frame's ``source_text``; spans are never merged, sorted or deduplicated by
-  the kernel (ADR-0229 §6.1, §7.1).
+  the kernel (ADR-0229 §6.1, §7.1). The unit is the Unicode code point (a
+  Python ``str`` index), not a UTF-8 byte or a UTF-16 unit: a character
+  outside the BMP counts once (a JavaScript integrator must count with
+  ``[...text]``, not ``text.length``).
+- Every span of a frame (its evidence spans and each binding's span) lies
+  inside its source text: ``0 <= start <= end <= len(source_text)``; a
+  frame that breaks this is never built, and a delta whose spans do not fit
+  the base's text does not reconstruct.
 - A ``ProblemFrame`` is the typed reading of one source text: quantity
   bindings, relations between them, the targets the problem asks for, and the
   ordered evidence spans. Its identity is the digest of every field
@@ -45,6 +52,7 @@ __all__ = [
     "delta_digest",
     "exact_type",
     "frame_digest",
+    "spans_outside",
     "spans_payload",
 ]
 
@@ -124,6 +132,18 @@ class Target:
         return {"name": self.name, "role": self.role}
 
 
+def spans_outside(source_text: str, spans: Sequence[SourceSpan]) -> str | None:
+    """A description of the first span not inside ``source_text`` (code points), or ``None``."""
+    limit = len(source_text)
+    for span in spans:
+        if not 0 <= span.start <= span.end <= limit:
+            return (
+                f"span [{span.start}, {span.end}) is not inside the {limit} code points "
+                "of the source text"
+            )
+    return None
+
+
 def spans_payload(spans: Sequence[SourceSpan]) -> list[JsonValue]:
     """Ordered span payloads; duplicates kept."""
     return [s.payload() for s in spans]
@@ -134,11 +154,18 @@ def spans_payload(spans: Sequence[SourceSpan]) -> list[JsonValue]:
 class ProblemFrame:
     """The typed reading of one source text."""
 
-    source_text: str = attrs.field(validator=attrs.validators.instance_of(str))
+    source_text: str = attrs.field(validator=exact_type(str))
     bindings: tuple[Binding, ...] = attrs.field(validator=tuple_of(Binding))
     relations: tuple[Relation, ...] = attrs.field(validator=tuple_of(Relation))
     targets: tuple[Target, ...] = attrs.field(validator=tuple_of(Target))
     evidence_spans: tuple[SourceSpan, ...] = attrs.field(validator=tuple_of(SourceSpan))
+
+    def __attrs_post_init__(self) -> None:
+        problem = spans_outside(
+            self.source_text, self.evidence_spans + tuple(b.span for b in self.bindings)
+        )
+        if problem is not None:
+            raise ValueError(problem)
 
     def payload(self) -> dict[str, JsonValue]:
         return {
@@ -192,6 +219,7 @@ class DeltaRefusalCode(Enum):
 
     BASE_MISMATCH = "delta_base_mismatch"
     REMOVES_UNKNOWN = "delta_removes_unknown_item"
+    SPAN_OUTSIDE_SOURCE = "delta_span_outside_source"
 
 
 @final
@@ -209,7 +237,8 @@ def apply_delta(base: ProblemFrame, delta: FrameDelta) -> ProblemFrame | DeltaRe
     Removal drops every item with the named key (binding name, relation
     result, target name) and must name an existing item; additions are
     appended in delta order after the kept items. Refuses when the base digest
-    differs or a removal names nothing.
+    differs, a removal names nothing, or a span of the delta does not lie in
+    the base's source text.
     """
     if frame_digest(base) != delta.base_frame_digest:
         return DeltaRefusal(DeltaRefusalCode.BASE_MISMATCH, "delta names a different base frame")
@@ -223,6 +252,11 @@ def apply_delta(base: ProblemFrame, delta: FrameDelta) -> ProblemFrame | DeltaRe
                 return DeltaRefusal(
                     DeltaRefusalCode.REMOVES_UNKNOWN, f"delta removes unknown {label} {key!r}"
                 )
+    outside = spans_outside(
+        base.source_text, delta.evidence_spans + tuple(b.span for b in delta.added_bindings)
+    )
+    if outside is not None:
+        return DeltaRefusal(DeltaRefusalCode.SPAN_OUTSIDE_SOURCE, outside)
     # Sets, not the removal tuples: membership must not cost a scan per kept item.
     removed_bindings = frozenset(delta.removed_bindings)
     removed_relations = frozenset(delta.removed_relations)

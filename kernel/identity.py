@@ -10,9 +10,12 @@ Rules:
   never depend on how some class happens to render.
 - Floats (NaN and infinities included), bytes, sets, non-str keys, lone
   surrogates and every other type are refused with ``IdentityError``.
-- Integers may be arbitrarily large up to the interpreter's int/str
-  conversion limit (4300 digits by default); beyond it Python's own JSON
-  parser cannot read the number back, so it is refused rather than hashed.
+- Integers may have at most ``MAX_INT_DIGITS`` (4,300) decimal digits, the
+  kernel's own limit: it does not follow the interpreter's int/str
+  conversion limit (``PYTHONINTMAXSTRDIGITS``, ``sys.set_int_max_str_digits``),
+  so outcomes never depend on the environment. Integers within the limit are
+  converted with ``int_text``/``int_from_digits``, which the interpreter's
+  limit does not reach.
 - ``digest(v)`` is the lowercase hex SHA-256 of ``canonical_json(v)``.
 
 Fast path (ADR-0007):
@@ -41,7 +44,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Final, TypeAlias, final
 
 import orjson
@@ -50,12 +54,15 @@ __all__ = [
     "DIGEST_PATTERN",
     "IdentityError",
     "MAX_IDENTITY_DEPTH",
+    "MAX_INT_DIGITS",
     "JsonValue",
     "canonical_json",
     "canonical_json_reference",
     "check_domain",
     "digest",
     "fast_path_enabled",
+    "int_from_digits",
+    "int_text",
     "is_digest",
     "set_fast_path",
     "sha256_hex",
@@ -68,6 +75,34 @@ DIGEST_PATTERN: Final = re.compile(r"[0-9a-f]{64}")
 # Deeper documents are refused: recursion here must never become a
 # RecursionError traceback.
 MAX_IDENTITY_DEPTH: Final = 200
+
+# The kernel's integer limit (ADR 0001): decimal digits, sign excluded.
+MAX_INT_DIGITS: Final = 4300
+_INT_BOUND: Final = 10**MAX_INT_DIGITS
+# Below the interpreter's smallest allowed limit (640 digits) str() and int()
+# are always safe; longer numbers go through Decimal, which no limit reaches.
+_SAFE_DIGITS: Final = 600
+_SAFE_BOUND: Final = 10**_SAFE_DIGITS
+
+
+def int_text(value: int) -> str:
+    """The decimal text of ``value`` (as ``str``), whatever the interpreter's limit."""
+    if -_SAFE_BOUND < value < _SAFE_BOUND:
+        return str(value)
+    return str(Decimal(value))
+
+
+def int_from_digits(text: str) -> int:
+    """``int(text)`` for an optional ``-`` and ASCII digits, whatever the interpreter's limit.
+
+    Raises ``ValueError`` for anything else; the caller bounds the length.
+    """
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"not a decimal integer: {text[:20]!r}")
+    if len(digits) < _SAFE_DIGITS:
+        return int(text)
+    return int(Decimal(text))
 
 
 @final
@@ -97,10 +132,11 @@ def _check_domain(value: object, path: str, depth: int) -> None:
     if value is None or kind is bool:
         return
     if kind is int:
-        try:
-            str(value)
-        except ValueError as exc:
-            raise IdentityError("integer_too_large", path, str(exc)) from exc
+        assert isinstance(value, int)
+        if not -_INT_BOUND < value < _INT_BOUND:
+            raise IdentityError(
+                "integer_too_large", path, f"integer has more than {MAX_INT_DIGITS} digits"
+            )
         return
     if kind is str:
         assert isinstance(value, str)
@@ -218,9 +254,45 @@ def canonical_json_reference(value: JsonValue) -> bytes:
     the authority the fast path is proved against and falls back to.
     """
     _check_domain(value, "$", 0)
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
-        "utf-8"
-    )
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        # Only the interpreter's int/str limit (set below MAX_INT_DIGITS) can
+        # get here: the domain check passed. Same bytes, limit-free ints.
+        text = "".join(_encode_reference(value))
+    return text.encode("utf-8")
+
+
+def _encode_reference(value: Any) -> Iterator[str]:
+    """``json.dumps`` (sorted keys, compact, ensure_ascii off) with ``int_text`` for ints.
+
+    Only for values ``_check_domain`` accepted; yields the text in pieces.
+    """
+    kind = type(value)
+    if value is None:
+        yield "null"
+    elif kind is bool:
+        yield "true" if value else "false"
+    elif kind is int:
+        yield int_text(value)
+    elif kind is str:
+        yield json.encoder.encode_basestring(value)
+    elif kind is list or kind is tuple:
+        yield "["
+        for i, item in enumerate(value):
+            if i:
+                yield ","
+            yield from _encode_reference(item)
+        yield "]"
+    else:
+        yield "{"
+        for i, key in enumerate(sorted(value)):
+            if i:
+                yield ","
+            yield json.encoder.encode_basestring(key)
+            yield ":"
+            yield from _encode_reference(value[key])
+        yield "}"
 
 
 def canonical_json(value: JsonValue) -> bytes:

@@ -7,12 +7,21 @@ Rules (each violation is a ``SerdeError`` with a stable ``code`` and a path):
 - it is strict UTF-8 (``invalid_utf8``) and strict JSON (``malformed_json``);
 - object keys are unique (``duplicate_key``); floats (``float_forbidden``),
   ``NaN``/``Infinity`` (``constant_forbidden``), lone surrogates
-  (``lone_surrogate``) and integers past the int/str limit
-  (``integer_too_large``) are refused, so every accepted document lies in the
+  (``lone_surrogate``) and integers of more than ``MAX_INT_DIGITS`` digits
+  (``integer_too_large``, the kernel's own limit, whatever the
+  interpreter's ``PYTHONINTMAXSTRDIGITS``) are refused, so every accepted document lies in the
   canonical identity domain of ``kernel.identity``;
-- structuring is exact: no extra or missing fields, no coercion between JSON
-  types (``"1"`` is not an int, ``1`` is not a bool, a string is not a
-  tuple), enums by value only (``schema_mismatch``, with the cattrs path).
+- structuring is exact: no extra or missing fields (a field with a default,
+  such as ``explanation``, is still required on input: the seeds define
+  every field), no coercion between JSON types (``"1"`` is not an int,
+  ``1`` is not a bool, a string is not a tuple), enums by value only
+  (``schema_mismatch``); the message names the full path, the expected type
+  and what was found (``expected int, found boolean true @ $.inputs[0].attempt_index``).
+
+Parsing reads with orjson and a strictness pass (``_parse_fast``) and falls
+back to the reference parser (``json.loads`` with strict hooks, then the
+domain check) on any doubt, so values and errors are always the reference's;
+``kernel.identity.set_fast_path(False)`` forces the reference (ADR 0011).
 
 Output is always ``kernel.identity.canonical_json`` of the unstructured value.
 """
@@ -27,10 +36,20 @@ from typing import Any, Final, TypeVar, cast, final, get_args, get_origin
 
 import attrs
 import cattrs
+import orjson
 from cattrs.cols import homogenous_tuple_structure_factory, is_sequence
+from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn
 
-from kernel.identity import IdentityError, JsonValue, canonical_json, check_domain
+from kernel.identity import (
+    MAX_INT_DIGITS,
+    IdentityError,
+    JsonValue,
+    canonical_json,
+    check_domain,
+    fast_path_enabled,
+    int_from_digits,
+)
 
 __all__ = [
     "MAX_DEPTH",
@@ -79,8 +98,12 @@ class _Refused(Exception):
 def _max_depth(data: bytes) -> int:
     # Strings may contain brackets; strip them before counting. Runs before
     # json.loads so a hostile nesting depth never reaches the recursive parser.
+    return _depth_outside_strings(_STRING_LITERAL.sub(b"", data))
+
+
+def _depth_outside_strings(stripped: bytes) -> int:
     depth = deepest = 0
-    for match in _BRACKET.finditer(_STRING_LITERAL.sub(b"", data)):
+    for match in _BRACKET.finditer(stripped):
         if match.group() in (b"[", b"{"):
             depth += 1
             deepest = max(deepest, depth)
@@ -106,6 +129,24 @@ def _reject_constant(text: str) -> float:
     raise _Refused("constant_forbidden", f"{text} is not JSON")
 
 
+def _parse_int(text: str) -> int:
+    # Used only when the interpreter's own int/str limit refused a number:
+    # the kernel's limit is MAX_INT_DIGITS, whatever the environment says.
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused("integer_too_large", f"integer has more than {MAX_INT_DIGITS} digits")
+    return int_from_digits(text)
+
+
+def _loads(text: str, *, parse_int: Callable[[str], int] | None = None) -> Any:
+    return json.loads(
+        text,
+        object_pairs_hook=_reject_duplicates,
+        parse_float=_reject_float,
+        parse_constant=_reject_constant,
+        parse_int=parse_int,
+    )
+
+
 def parse_json(
     data: bytes, *, max_bytes: int = MAX_DOCUMENT_BYTES, max_depth: int = MAX_DEPTH
 ) -> JsonValue:
@@ -116,6 +157,10 @@ def parse_json(
         raise SerdeError(
             "document_too_large", "$", f"{len(data)} bytes exceeds the limit of {max_bytes}"
         )
+    if fast_path_enabled():
+        accepted = _parse_fast(data, max_depth)
+        if accepted is not _DOUBT:
+            return cast(JsonValue, accepted)
     try:
         text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
@@ -123,20 +168,88 @@ def parse_json(
     deepest = _max_depth(data)
     if deepest > max_depth:
         raise SerdeError("too_deep", "$", f"nesting depth {deepest} exceeds {max_depth}")
+    return _parse_reference(text)
+
+
+# orjson is the fast path (ADR 0011); what it accepts is returned only when a
+# strictness pass proves the reference parser would return the same value.
+_DOUBT: Final = object()
+
+
+def _parse_fast(data: bytes, max_depth: int) -> object:
+    """orjson's value when the reference would accept the document as is, else ``_DOUBT``.
+
+    orjson refuses what strict JSON refuses (bad UTF-8, a BOM, ``NaN``, lone
+    surrogate escapes, control characters, trailing commas, leading zeros;
+    nesting past 1,024) but silently keeps the last of duplicate keys, reads
+    floats, and reads integers past 64 bits as floats. So:
+
+    - one walk refuses to vouch for a float or a depth past ``max_depth``;
+    - colons are counted: in a valid document a raw ``:`` is a member
+      separator or sits in a string, where it decodes to one ``:``, as does a
+      ``\\u003a`` escape. orjson's compact output of the value has exactly one
+      ``:`` per kept member plus the decoded colons of kept strings, so with no
+      duplicate key ``raw colons == output colons - escaped colons``; a dropped
+      duplicate takes at least one separator with it and can only lower the
+      right side's share, so it never balances (the escape count, taken on
+      the raw bytes, can only over-count, which also never balances).
+
+    Any doubt goes to the reference parser, which owns every error.
+    ``tests/test_serde_fast.py`` holds the two equal over hostile documents.
+    """
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_reject_duplicates,
-            parse_float=_reject_float,
-            parse_constant=_reject_constant,
-        )
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _DOUBT
+    if not _plain_within(value, max_depth):
+        return _DOUBT
+    escaped = data.count(b"\\u003a") + data.count(b"\\u003A")
+    if data.count(b":") != orjson.dumps(value).count(b":") - escaped:
+        return _DOUBT
+    return value
+
+
+def _plain_within(value: object, max_depth: int) -> bool:
+    """No float anywhere in orjson's ``value`` and no nesting past ``max_depth``."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            items: Any = cast("dict[str, object]", node).values()
+        elif kind is list:
+            items = node
+        else:
+            if kind is float:
+                return False
+            continue
+        if depth >= max_depth:
+            return False
+        for item in items:
+            inner = type(item)
+            if inner is dict or inner is list:
+                stack.append((item, depth + 1))
+            elif inner is float:
+                return False
+    return True
+
+
+def _parse_reference(text: str) -> JsonValue:
+    """The reference parser: ``json.loads`` with strict hooks, then the domain check."""
+    try:
+        try:
+            value = _loads(text)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # the interpreter's int/str limit, not ours: read again
+            value = _loads(text, parse_int=_parse_int)
     except _Refused as exc:
         raise SerdeError(exc.code, "$", str(exc)) from exc
     except json.JSONDecodeError as exc:
         raise SerdeError(
             "malformed_json", "$", f"line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
-    except ValueError as exc:  # int/str conversion limit
+    except ValueError as exc:  # defensive: _parse_int owns the integer limit
         raise SerdeError("integer_too_large", "$", str(exc)) from exc
     except RecursionError as exc:  # defensive: the pre-scan should prevent it
         raise SerdeError("too_deep", "$", "nesting too deep for the parser") from exc
@@ -150,10 +263,68 @@ def parse_json(
 # --- the converter -----------------------------------------------------------
 
 
+class _Mismatch(TypeError):
+    """A JSON value of the wrong kind; ``found`` says what it was."""
+
+    def __init__(self, found: object) -> None:
+        self.found = _found(found)
+        super().__init__(f"found {self.found}")
+
+
+def _found(value: object) -> str:
+    """What a JSON value is, for an error message (short, in JSON's words)."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return f"boolean {'true' if value else 'false'}"
+    if kind is int:
+        assert isinstance(value, int)
+        return "integer " + (repr(value) if -(10**30) < value < 10**30 else "of over 30 digits")
+    if kind is str:
+        assert isinstance(value, str)
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        return "string " + ascii(shown)
+    if kind is list or kind is tuple:
+        assert isinstance(value, list | tuple)
+        return f"array of {len(value)}"
+    if kind is dict:
+        return "object"
+    return kind.__name__
+
+
+def _expected(tp: object) -> str:
+    if tp is None:
+        return "a value"
+    if _is_tuple_type(tp):
+        return "array"
+    if isinstance(tp, type):
+        if attrs.has(tp):
+            return f"object {tp.__name__}"
+        return tp.__name__
+    args = get_args(tp)
+    if args:
+        return " or ".join("null" if a is type(None) else _expected(a) for a in args)
+    return repr(tp)
+
+
+def _format(exc: BaseException, tp: type | None) -> str:
+    """One line per error: what was expected and what was found (the path is added by cattrs)."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return f"unexpected fields {sorted(exc.extra_fields)}"
+    if isinstance(exc, KeyError):
+        return f"required field missing, expected {_expected(tp)}"
+    if isinstance(exc, _Mismatch):
+        return f"expected {_expected(tp)}, {exc}"
+    if isinstance(exc, TypeError | ValueError):
+        return f"expected {_expected(tp)}: {exc}"
+    return f"invalid value ({type(exc).__name__}: {exc})"
+
+
 def _exact(kind: type) -> Callable[[Any, type], Any]:
     def hook(value: Any, _: type) -> Any:
         if type(value) is not kind:
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+            raise _Mismatch(value)
         return value
 
     return hook
@@ -162,7 +333,7 @@ def _exact(kind: type) -> Callable[[Any, type], Any]:
 def _enum_factory(enum_type: type[Enum]) -> Callable[[Any, type], Enum]:
     def hook(value: Any, _: type) -> Enum:
         if type(value) not in (str, int) or type(value) is bool:
-            raise TypeError(f"expected a {enum_type.__name__} value, got {type(value).__name__}")
+            raise _Mismatch(value)
         try:
             return enum_type(value)
         except ValueError:
@@ -204,7 +375,7 @@ def make_converter() -> cattrs.Converter:
 
         def hook(value: Any, t: type) -> Any:
             if type(value) is not list and type(value) is not tuple:
-                raise TypeError(f"expected an array, got {type(value).__name__}")
+                raise _Mismatch(value)
             return inner(value, t)
 
         return hook
@@ -224,10 +395,25 @@ def make_converter() -> cattrs.Converter:
 
     def attrs_factory(tp: Any, c: cattrs.Converter) -> Callable[[Any, type], Any]:
         inner = make_dict_structure_fn(tp, c, _cattrs_forbid_extra_keys=True)
+        fields = tuple((a.alias or a.name, a.type) for a in attrs.fields(tp))
 
         def hook(value: Any, t: type) -> Any:
             if type(value) is not dict:
-                raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+                raise _Mismatch(value)
+            # Every field is required on input, defaults included: cattrs would
+            # fill a default in silently (ADR-0229 defines every field).
+            missing = [(name, kind) for name, kind in fields if name not in value]
+            if missing:
+                errors = []
+                for name, kind in missing:
+                    error = KeyError(name)
+                    error.add_note(
+                        AttributeValidationNote(
+                            f"Structuring class {tp.__name__} @ attribute {name}", name, kind
+                        )
+                    )
+                    errors.append(error)
+                raise ClassValidationError(f"While structuring {tp.__name__}", errors, tp)
             return inner(value, t)
 
         return hook
@@ -244,7 +430,7 @@ _CONVERTER: Final = make_converter()
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
-    messages = cattrs.transform_error(exc)
+    messages = cattrs.transform_error(exc, format_exception=_format)
     first = messages[0] if messages else str(exc)
     match = _PATH_SUFFIX.search(first)
     path = match.group(1) if match else "$"

@@ -252,6 +252,7 @@ def refusal_id(r: Any) -> str:
         "input_digest": r.input_digest,
         "run_id": r.run_id,
         "attempt_id": r.attempt_id,
+        "attempt_index": r.attempt_index,
         "candidate_digest": r.candidate_digest,
         "replay_disposition": r.replay_disposition.value,
         "reason_codes": list(r.reason_codes),

@@ -36,6 +36,17 @@ def source_spans(draw: st.DrawFn, limit: int = 60) -> SourceSpan:
 
 
 bindings = st.builds(Binding, names, big_ints, names, source_spans())
+
+
+def bindings_within(limit: int) -> st.SearchStrategy[Binding]:
+    """Bindings whose span fits a source text of ``limit`` code points."""
+    return st.builds(Binding, names, big_ints, names, source_spans(limit))
+
+
+def span_tuples_within(limit: int) -> st.SearchStrategy[tuple[SourceSpan, ...]]:
+    """Evidence spans inside a source text of ``limit`` code points (frames require it)."""
+    return st.lists(source_spans(limit), max_size=5).map(tuple)
+
 relations = st.builds(
     Relation, names, st.sampled_from(["add", "sub", "mul", "div", "pow"]),
     st.lists(names, max_size=3).map(tuple),
@@ -43,14 +54,19 @@ relations = st.builds(
 targets = st.builds(Target, names, st.sampled_from(["answer", "intermediate"]))
 span_tuples = st.lists(source_spans(), max_size=5).map(tuple)
 
-problem_frames = st.builds(
-    ProblemFrame,
-    texts,
-    st.lists(bindings, max_size=4).map(tuple),
-    st.lists(relations, max_size=3).map(tuple),
-    st.lists(targets, max_size=2).map(tuple),
-    span_tuples,
-)
+@st.composite
+def _problem_frames(draw: st.DrawFn) -> ProblemFrame:
+    text = draw(texts)
+    return ProblemFrame(
+        text,
+        tuple(draw(st.lists(bindings_within(len(text)), max_size=4))),
+        tuple(draw(st.lists(relations, max_size=3))),
+        tuple(draw(st.lists(targets, max_size=2))),
+        draw(span_tuples_within(len(text))),
+    )
+
+
+problem_frames = _problem_frames()
 
 
 @st.composite
@@ -75,12 +91,12 @@ def frame_deltas(draw: st.DrawFn, base: ProblemFrame) -> FrameDelta:
     return FrameDelta(
         base_frame_digest=frame_digest(base),
         removed_bindings=tuple(removed),
-        added_bindings=tuple(draw(st.lists(bindings, max_size=2))),
+        added_bindings=tuple(draw(st.lists(bindings_within(len(base.source_text)), max_size=2))),
         removed_relations=(),
         added_relations=tuple(draw(st.lists(relations, max_size=2))),
         removed_targets=(),
         added_targets=tuple(draw(st.lists(targets, max_size=1))),
-        evidence_spans=draw(span_tuples),
+        evidence_spans=draw(span_tuples_within(len(base.source_text))),
     )
 
 
@@ -93,12 +109,13 @@ def chains(draw: st.DrawFn) -> SearchChain:
     for _ in range(draw(st.integers(1, 3))):
         candidate: ProblemFrame | FrameDelta
         if draw(st.booleans()):
+            limit = len(frame.source_text)
             candidate = ProblemFrame(
                 frame.source_text,
-                tuple(draw(st.lists(bindings, max_size=4))),
+                tuple(draw(st.lists(bindings_within(limit), max_size=4))),
                 tuple(draw(st.lists(relations, max_size=3))),
                 tuple(draw(st.lists(targets, max_size=2))),
-                draw(span_tuples),
+                draw(span_tuples_within(limit)),
             )
         else:
             candidate = draw(frame_deltas(frame))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,16 @@ def test_comments_may_hold_any_utf8_text() -> None:
     assert example(text, ["abs_nonnegative"])["abs_nonnegative"][0] == "unsat"
 
 
+def test_every_declaration_form_of_the_grammar_is_run() -> None:
+    text = (
+        "(set-logic QF_UF)\n(declare-sort S 0)\n(define-sort T () S)\n(declare-const a T)\n"
+        "(declare-fun f (S) S)\n(define-fun same () Bool (= (f a) (f a)))\n"
+        "(define-fun fixed () Bool (= (f a) a))\n"
+    )
+    found = example(text, ["same", "fixed"])
+    assert (found["same"][0], found["fixed"][0]) == ("unsat", "sat")
+
+
 def test_certification_problems_of_the_kernel_are_accepted() -> None:
     for frame in (story(), numbers()):
         text = certification_problem(frame)
@@ -90,7 +101,7 @@ def test_certification_problems_of_the_kernel_are_accepted() -> None:
         assert certify(text) == ("unsat", "targets cannot differ")
 
 
-@settings(max_examples=20)
+@settings(max_examples=500 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 20)
 @given(runnable_frames())
 def test_every_runnable_frame_s_problem_is_in_the_certify_grammar(frame: object) -> None:
     from kernel.frames import ProblemFrame

@@ -27,6 +27,10 @@ ALLOWED_MODULES = {
     # I/O, clock or randomness). kernel.identity uses it only where
     # tests/test_identity_fast.py proves its bytes equal to json.dumps (ADR-0007).
     "orjson",
+    # decimal: exact int <-> text conversion that the interpreter's int/str
+    # limit does not reach (kernel.identity.int_text; construction and str()
+    # of an integral Decimal ignore the context, so the result is the value's).
+    "decimal",
 }
 PURE_KERNEL_PREFIXES = (
     "kernel.identity", "kernel.serde", "kernel.frames", "kernel.upstream", "kernel._values",

@@ -320,6 +320,13 @@ def test_replay_of_a_run_whose_job_is_a_symlink_is_refused(tmp_path: Path) -> No
 # --- the certifier binds what ran to the problem it planned --------------------------
 
 
+# Another problem in the certification grammar (ADR 0012), trivially certified.
+SWAPPED = (
+    "(set-logic QF_NIA)\n(declare-const q0_1 Int)\n(declare-const q0_2 Int)\n"
+    "(assert (= q0_1 1))\n(assert (= q0_2 1))\n(assert (distinct q0_1 q0_2))\n(check-sat)\n"
+)
+
+
 def test_a_pass_for_another_specification_never_closes_the_target(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -337,13 +344,7 @@ def test_a_pass_for_another_specification_never_closes_the_target(
 
     def swapped(*args: Any, **kwargs: Any) -> RunOutcome:
         problem = Path(kwargs["repository_root"]) / "certification.smt2"
-        # A well-formed certification problem (ADR 0012's grammar) that the
-        # pair really accepts, but not the one planned for this candidate.
-        problem.write_text(
-            "(set-logic QF_NIA)\n(declare-const q1_1 Int)\n(declare-const q1_2 Int)\n"
-            "(assert (= q1_1 7))\n(assert (= q1_2 7))\n(assert (distinct q1_1 q1_2))\n"
-            "(check-sat)\n"
-        )
+        problem.write_text(SWAPPED)
         seen.append(real_run_check(*args, **kwargs))
         return seen[-1]
 

@@ -139,7 +139,8 @@ def test_a_record_altered_behind_attrs_back_is_invalid_input() -> None:
 
 def test_a_lone_surrogate_in_a_record_is_invalid_input_not_a_crash() -> None:
     request = valid_request()
-    bad_frame = attrs.evolve(request.problem_frame, source_text="\ud800")
+    text = request.problem_frame.source_text + "\ud800"  # spans stay inside the text
+    bad_frame = attrs.evolve(request.problem_frame, source_text=text)
     check_refusal(run(attrs.evolve(request, problem_frame=bad_frame)), D.INVALID_REPLAY_INPUT,
                   RC.RECORD_NOT_CANONICAL, identities=False)
 

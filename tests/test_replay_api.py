@@ -23,14 +23,15 @@ FORBIDDEN_FIELDS = {
 
 def test_public_api_exports_are_exact() -> None:
     assert api.__all__ == [
-        "CONTRACT_PROOF_REPLAY_POLICY_VERSION", "AuthorityManifest", "ContractAuthority",
-        "ContractClosed", "NoProofObligationsApplicable", "ProofAuthority", "ProofContext",
-        "ProofEvidence",
-        "ProofObligations", "ProofOutcome", "ProofStatus", "ProofsReplayed", "ReasonCode",
-        "ReplayAdapterInput", "ReplayAdapterOutcome", "ReplayAdapterRefusal",
-        "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition", "ReplayMisuseError",
-        "ReplayRequest", "Validated", "build_replay_input", "dispose", "input_digest_of",
-        "proof_outcome_id_of", "refusal_id_of", "replay_attempt", "replay_contract",
+        "CONTRACT_PROOF_REPLAY_POLICY_VERSION", "DISPOSITION_OF", "AuthorityManifest",
+        "ContractAuthority", "ContractClosed", "NoProofObligationsApplicable", "ProofAuthority",
+        "ProofContext", "ProofEvidence", "ProofObligations", "ProofOutcome", "ProofStatus",
+        "ProofsReplayed", "ReasonCode", "ReplayAdapterInput", "ReplayAdapterOutcome",
+        "ReplayAdapterRefusal", "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition",
+        "ReplayMisuseError", "ReplayRequest", "RunFacts", "Validated", "begin_attempt",
+        "build_replay_input", "dispose", "examine_run", "facts_for", "finish_attempt",
+        "input_digest_of", "proof_outcome_id_of", "refusal_id_of", "refuse_malformed_attempt",
+        "replay_attempt", "replay_attempts", "replay_bundle_attempts", "replay_contract",
         "replay_proofs", "requests_from_bundle", "result_id_of", "seal_proof_outcome",
         "validate",
     ]
@@ -67,7 +68,7 @@ def test_record_fields_are_exactly_section_6_and_7() -> None:
     ]
     assert list(attrs.fields_dict(ReplayAdapterRefusal)) == [
         "replay_refusal_id", "replay_policy_version", "input_digest", "run_id", "attempt_id",
-        "candidate_digest", "replay_disposition", "reason_codes", "explanation",
+        "attempt_index", "candidate_digest", "replay_disposition", "reason_codes", "explanation",
     ]
     for record in (ReplayAdapterResult, ReplayAdapterRefusal):
         assert FORBIDDEN_FIELDS.isdisjoint(f.lower() for f in attrs.fields_dict(record))
@@ -86,7 +87,7 @@ def test_each_output_type_accepts_only_its_half_of_the_vocabulary(
         return ReplayAdapterResult(h, "p", h, h, h, h, h, (), (), disposition, (), ())
 
     def make_refusal() -> object:
-        return ReplayAdapterRefusal(h, "p", None, None, None, None, disposition, ())
+        return ReplayAdapterRefusal(h, "p", None, None, None, None, None, disposition, ())
 
     if is_result:
         make_result()
@@ -100,7 +101,7 @@ def test_each_output_type_accepts_only_its_half_of_the_vocabulary(
 
 def test_records_are_frozen() -> None:
     h = "0" * 64
-    refusal = ReplayAdapterRefusal(h, "p", None, None, None, None,
+    refusal = ReplayAdapterRefusal(h, "p", None, None, None, None, None,
                                    ReplayDisposition.INVALID_REPLAY_INPUT, ())
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         refusal.reason_codes = ("x",)  # type: ignore[misc]
@@ -113,7 +114,11 @@ def test_every_reason_code_is_exercised_by_an_adapter_test() -> None:
 
     from kernel.replay import ReasonCode
 
-    text = (Path(__file__).parent / "test_replay_adapter.py").read_text(encoding="utf-8")
+    text = "".join(
+        path.read_text(encoding="utf-8")
+        for path in sorted(Path(__file__).parent.glob("test_replay_*.py"))
+        if path.name != "test_replay_api.py"
+    )
     missing = [code.name for code in ReasonCode if f"RC.{code.name}" not in text
                and code.value not in text]
     assert missing == []

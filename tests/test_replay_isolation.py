@@ -78,6 +78,8 @@ def test_the_replay_package_imports_only_the_pure_core() -> None:
                 stack += [a.name for a in node.names if a.name.startswith("kernel")]
     assert seen <= {
         "kernel.replay", "kernel.replay._authority", "kernel.replay._machine",
-        "kernel.replay._records", "kernel.replay._inputs", "kernel.frames", "kernel.upstream",
+        "kernel.replay._records", "kernel.replay._inputs", "kernel.replay._guards",
+        "kernel.replay._facts", "kernel.replay._reasons", "kernel.replay._outputs",
+        "kernel.frames", "kernel.upstream",
         "kernel.identity", "kernel._values",
     }, seen

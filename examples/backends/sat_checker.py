@@ -25,8 +25,8 @@ Formula (refused as ``unknown`` with a reason when it does not hold):
 Proof: text DRAT (ASCII tokens: ``d`` starts a deletion, literals, ``0`` ends
 a step) or binary DRAT (``a``/``d`` byte, variable-length literals ``2v`` or
 ``2v+1``, ``0`` byte), read directly; a proof containing a NUL byte is
-binary, any other is text. A new variable above ``V`` plus the number of
-added lemmas is refused (it cannot have been introduced by the proof).
+binary, any other is text. A proof may introduce new variables (extended
+resolution); sparse variable numbers are renumbered, never allocated.
 
 Checking (specified DRAT semantics, forward, two watched literals):
 
@@ -211,15 +211,6 @@ class DratChecker:
         self.conflict = -1  # clause falsified at the top level, or -1
         for clause in formula:
             self.add(clause)
-
-    # -- growth, for variables a proof introduces
-    def grow(self, variables: int) -> None:
-        more = variables + 1 - len(self.reason)
-        if more > 0:
-            self.value += [0] * (2 * more)
-            self.watches += [[] for _ in range(2 * more)]
-            self.reason += [-1] * more
-            self.position += [0] * more
 
     # -- top level
     def _assign(self, code: int, reason: int) -> None:
@@ -417,22 +408,41 @@ class DratChecker:
             self.head = head
 
 
+def _compact(formula: list[list[int]], steps: list[Step]) -> tuple[list[list[int]], list[Step]]:
+    """The same clauses over variables renumbered 1..n in order of appearance.
+
+    A bijection on variables changes no RUP or RAT judgement; it bounds the
+    checker's arrays by the input's size, whatever numbers it uses.
+    """
+    number: dict[int, int] = {}
+
+    def renamed(clause: list[int]) -> list[int]:
+        return [number.setdefault(abs(x), len(number) + 1) * (1 if x > 0 else -1) for x in clause]
+
+    return [renamed(c) for c in formula], [(d, renamed(c)) for d, c in steps]
+
+
 def check_drat(variables: int, formula: list[list[int]], steps: list[Step]) -> tuple[str, str]:
-    """(result, detail): ``accepted`` / ``rejected`` / ``unknown``."""
+    """(result, detail): ``accepted`` / ``rejected`` / ``unknown``.
+
+    ``variables`` is the header's ``V``: formula literals are already within
+    it; a proof may add new variables (extended resolution) of any number.
+    """
     if not steps:
         return "unknown", "empty proof"
-    added = sum(1 for deletion, _ in steps if not deletion)
-    largest = max((abs(x) for _, clause in steps for x in clause), default=0)
-    if largest > variables + added:
-        return "unknown", f"proof variable {largest} exceeds V + lemmas ({variables + added})"
-    checker = DratChecker(variables, formula)
-    checker.grow(largest)
+    shown_steps = steps
+    size = sum(len(c) for c in formula) + sum(len(c) for _, c in steps)
+    largest = max((abs(x) for c in [*formula, *(c for _, c in steps)] for x in c), default=0)
+    if largest > 2 * size + 64:  # sparse numbering: renumber rather than allocate
+        formula, steps = _compact(formula, steps)
+        largest = max((abs(x) for c in [*formula, *(c for _, c in steps)] for x in c), default=0)
+    checker = DratChecker(largest, formula)
     for number, (deletion, clause) in enumerate(steps, start=1):
         if deletion:
             checker.delete(clause)
             continue
         if not (checker.is_rup(clause) or checker.is_rat(clause)):
-            shown = " ".join([*map(str, clause), "0"])
+            shown = " ".join([*map(str, shown_steps[number - 1][1]), "0"])
             return "rejected", f"step {number}: lemma '{shown}' is neither RUP nor RAT"
         if not clause:
             return "accepted", f"empty clause derived at step {number} of {len(steps)}"
@@ -460,13 +470,17 @@ def main() -> int:
     if hashlib.sha256(spec_bytes).hexdigest() != request["specification_digest"]:
         print("specification in the snapshot does not match the request", file=sys.stderr)
         return 1
-    with open(os.path.join(paths["evidence"], "proof.drat"), "rb") as handle:
-        proof = handle.read()
     names = request["claim"]["obligations"]
-    if names:
-        result, detail = check_files(spec_bytes, proof)
+    try:
+        with open(os.path.join(paths["evidence"], "proof.drat"), "rb") as handle:
+            proof = handle.read()
+    except OSError as error:
+        result, detail = "unknown", f"proof.drat unreadable: {error.strerror or error}"
     else:
-        result, detail = "unknown", "the claim has no obligation"
+        if names:
+            result, detail = check_files(spec_bytes, proof)
+        else:
+            result, detail = "unknown", "the claim has no obligation"
     print(f"drat: {result}: {detail}")
     obligations = [{"name": name, "result": result, "evidence": ["proof.drat"]} for name in names]
     receipt = {

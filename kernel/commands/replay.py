@@ -30,8 +30,7 @@ from kernel.replay import (
     ReplayAdapterRefusal,
     ReplayAdapterResult,
     ReplayBundle,
-    replay_attempt,
-    requests_from_bundle,
+    replay_bundle_attempts,
 )
 from kernel.serde import dumps
 
@@ -39,7 +38,7 @@ from kernel.serde import dumps
 def classify_bundle(bundle: ReplayBundle) -> tuple[ReplayAdapterOutcome, ...]:
     """Every attempt's outcome, in the run's order. Raises ValueError on a misshapen bundle."""
     manifest = builtin_manifest()
-    return tuple(replay_attempt(request, manifest) for request in requests_from_bundle(bundle))
+    return tuple(replay_bundle_attempts(bundle, manifest))
 
 
 def outcome_lines(outcomes: tuple[ReplayAdapterOutcome, ...]) -> bytes:

@@ -44,12 +44,12 @@ from kernel.external._receipt import (
     validate_receipt,
 )
 from kernel.external._replay import read_run_metadata, replay_run
-from kernel.external._run import (
+from kernel.external._run import run_check
+from kernel.external._settings import (
     RunLimits,
     Stage,
     default_environment,
     expand_argv,
-    run_check,
 )
 from kernel.external.errors import (
     ExternalError,

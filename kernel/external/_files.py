@@ -3,8 +3,9 @@
 Rules:
 
 - metadata and requests are written to a temporary file in the same
-  directory, flushed, fsynced and renamed with ``os.replace``: a reader sees
-  the old file or the new one, never a torn one;
+  directory and renamed with ``os.replace``: a reader sees the old file or
+  the new one, never a torn one; only the commit point (``metadata.json``,
+  written last) is fsynced, with its directory;
 - hashing a tree never follows a symlink, and reports every entry that is not
   a plain directory or regular file;
 - a path digest list is ``[[path, sha256], ...]`` sorted by path, and its
@@ -28,6 +29,7 @@ from kernel.identity import JsonValue, canonical_json, digest
 
 __all__ = [
     "TreeEntry",
+    "copy_hashed",
     "list_digest",
     "open_regular",
     "read_capped",
@@ -40,19 +42,33 @@ __all__ = [
 _CHUNK: Final = 1024 * 1024
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
+
+    Readers see the old file or the new one, never a torn one. ``durable``
+    (the run's commit point, ``metadata.json``) also fsyncs the file before
+    the rename and the directory after it; other files are not fsynced: the
+    metadata records the digest of each one that matters, so one lost in a
+    crash is detected, not trusted.
+    """
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
+    if durable:
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
 
 def write_json_atomic(path: Path, value: JsonValue) -> bytes:
@@ -135,6 +151,21 @@ def walk_tree(root: Path) -> tuple[TreeEntry, ...]:
                 else:
                     entries.append((relative, "other"))
     return tuple(sorted(entries))
+
+
+def copy_hashed(source: Path, target: Path) -> str:
+    """Copy a regular file (no symlink at the last component) and return the SHA-256
+    of the bytes written: read once, hashed and written in the same pass."""
+    fd = open_regular(source)
+    try:
+        hasher = hashlib.sha256()
+        with open(target, "xb") as out:
+            while chunk := os.read(fd, _CHUNK):
+                hasher.update(chunk)
+                out.write(chunk)
+        return hasher.hexdigest()
+    finally:
+        os.close(fd)
 
 
 def list_digest(items: Iterable[FileDigest]) -> str:

@@ -41,12 +41,10 @@ from kernel.external._files import list_digest, read_capped, write_atomic
 from kernel.external._job import MAX_JOB_BYTES, Job
 from kernel.external._manifest import load_manifest
 from kernel.external._outcome import Reason, RunKind, RunMetadata, RunOutcome
-from kernel.external._run import (
-    Progress,
-    RunLimits,
-    Stage,
-    _Block,
-    _Recorder,
+from kernel.external._settings import Progress, RunLimits, Stage
+from kernel.external._steps import (
+    Block,
+    Recorder,
     build_identity,
     check_job,
     check_phase,
@@ -145,7 +143,7 @@ def replay_run(
     require_utf8_path(os.path.abspath(manifest_file), "manifest path")
     require_utf8_path(os.path.abspath(root), "repository root")
     attempt = fresh_attempt(_replays_parent(run_dir), replay_id)
-    rec = _Recorder(
+    rec = Recorder(
         kind=RunKind.REPLAY,
         run_id=replay_id,
         replay_of=original.run_id,
@@ -167,20 +165,20 @@ def replay_run(
         if progress is not None:
             progress(Stage.SNAPSHOT_READY)
         if original.evidence_digest is None or not original.artifacts:
-            raise _Block(Reason.EVIDENCE_CHANGED, "the run retained no complete evidence")
+            raise Block(Reason.EVIDENCE_CHANGED, "the run retained no complete evidence")
         try:
             retained = hash_evidence(run_dir / "evidence", entry.evidence_artifacts)
-        except _Block as block:
-            raise _Block(Reason.EVIDENCE_CHANGED, f"retained evidence: {block.detail}") from block
+        except Block as block:
+            raise Block(Reason.EVIDENCE_CHANGED, f"retained evidence: {block.detail}") from block
         if retained != original.artifacts or list_digest(retained) != original.evidence_digest:
-            raise _Block(
+            raise Block(
                 Reason.EVIDENCE_CHANGED,
                 "retained evidence differs from the digests recorded by the run",
             )
         if expected_evidence_digest is not None and original.evidence_digest != (
             expected_evidence_digest
         ):
-            raise _Block(
+            raise Block(
                 Reason.EVIDENCE_CHANGED,
                 f"retained evidence digest {original.evidence_digest} is not the "
                 f"operator's {expected_evidence_digest}",
@@ -192,7 +190,7 @@ def replay_run(
             shutil.copyfile(run_dir / "evidence" / item.path, target, follow_symlinks=False)
         rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts)
         if rec.artifacts != retained:
-            raise _Block(Reason.EVIDENCE_CHANGED, "evidence changed while it was copied")
+            raise Block(Reason.EVIDENCE_CHANGED, "evidence changed while it was copied")
         rec.evidence_digest = list_digest(rec.artifacts)
         check_phase(
             RunKind.REPLAY,

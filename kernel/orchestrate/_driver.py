@@ -3,9 +3,12 @@
 Theory of operation (ADR-0229 §5, §12; ADR-0002; ADR-0006):
 
     for each request in GeometricSearchRun.candidate_attempts order:
-        validate -> replay_contract            (pure, here, in order)
-        ContractClosed: provider.gather         (impure, on the executor)
-        replay_proofs(state, evidence) -> dispose   (pure, here, in order)
+        begin_attempt: validate -> replay_contract     (pure, here, in order)
+        ContractClosed: provider.gather                (impure, on the executor)
+        finish_attempt: replay_proofs -> dispose       (pure, here, in order)
+
+The two half-steps are the replay machine's own driver (the one
+``replay_attempt`` runs); this module only decides where evidence is gathered.
 
 - The pure transitions run in the caller: they are cheap (about 2.5 ms per
   attempt against about 0.6 s for one certification), the authority
@@ -49,53 +52,21 @@ from kernel.replay import (
     AuthorityManifest,
     ContractClosed,
     ProofEvidence,
-    ProofsReplayed,
     ReplayAdapterOutcome,
     ReplayAdapterRefusal,
     ReplayAdapterResult,
     ReplayBundle,
     ReplayRequest,
-    Validated,
-    dispose,
-    replay_contract,
-    replay_proofs,
+    RunFacts,
+    begin_attempt,
+    facts_for,
+    finish_attempt,
     requests_from_bundle,
-    validate,
 )
 
 __all__ = ["gather_safely", "replay_bundle", "replay_requests"]
 
 LOG: Final = logging.getLogger("kernel.orchestrate")
-
-
-def _contract_stage(
-    request: ReplayRequest, manifest: AuthorityManifest
-) -> ContractClosed | ReplayAdapterOutcome:
-    validated = validate(request, manifest)
-    match validated:
-        case ReplayAdapterRefusal():
-            return validated
-        case Validated():
-            pass
-        case _:
-            assert_never(validated)
-    contract = replay_contract(validated)
-    match contract:
-        case ReplayAdapterResult() | ReplayAdapterRefusal() | ContractClosed():
-            return contract
-        case _:
-            assert_never(contract)
-
-
-def _proof_stage(state: ContractClosed, evidence: Sequence[ProofEvidence]) -> ReplayAdapterOutcome:
-    proofs = replay_proofs(state, evidence)
-    match proofs:
-        case ReplayAdapterRefusal():
-            return proofs
-        case ProofsReplayed():
-            return dispose(proofs)
-        case _:
-            assert_never(proofs)
 
 
 def _label(state: ContractClosed) -> str:
@@ -216,8 +187,12 @@ def replay_requests(
     staged: list[ContractClosed | ReplayAdapterOutcome] = []
     gathered: dict[int, _Gathered] = {}
     pending: dict[Future[_Gathered], int] = {}
+    # The run's facts are computed once per run object and passed to each of
+    # its attempts (linear in the run's size; ADR 0011), never memoised by value.
+    facts: RunFacts | None = None
     for index, request in enumerate(requests):
-        stage = _contract_stage(request, manifest)
+        facts = facts_for(request, facts)
+        stage = begin_attempt(request, manifest, facts=facts)
         staged.append(stage)
         if not isinstance(stage, ContractClosed):
             advance()
@@ -247,7 +222,7 @@ def replay_requests(
                 result = gathered[index]
                 for note in result.notes:  # canonical order, whichever process logged it
                     LOG.warning("%s", note)
-                outcomes.append(_proof_stage(stage, result.evidence))
+                outcomes.append(finish_attempt(stage, result.evidence))
             case ReplayAdapterResult() | ReplayAdapterRefusal():
                 outcomes.append(stage)
             case _:

@@ -43,7 +43,7 @@ from typing import Final, assert_never, final
 import attrs
 
 from kernel.frames import Binding, ProblemFrame, SourceSpan, frame_digest
-from kernel.identity import IdentityError, check_domain
+from kernel.identity import IdentityError, check_domain, int_from_digits
 from kernel.replay import (
     ContractAuthority,
     ProofAuthority,
@@ -470,7 +470,8 @@ def _tokens(text: str) -> tuple[tuple[int, int, int], ...]:
     for match in _DIGITS.finditer(text):
         digits = match.group(2).replace(",", "")
         if len(digits) <= MAX_NUMERAL_DIGITS:
-            value = -int(digits) if match.group(1) else int(digits)
+            # int_from_digits: never the interpreter's int/str limit (ADR 0001).
+            value = -int_from_digits(digits) if match.group(1) else int_from_digits(digits)
             found.append((match.start(), match.end(), value))
     for match in _WORD.finditer(text):
         word_value = _NUMBER_WORDS.get(match.group(0).lower())

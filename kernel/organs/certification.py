@@ -58,7 +58,7 @@ from typing import Final, assert_never, final
 import attrs
 
 from kernel.frames import ProblemFrame, Relation
-from kernel.identity import IdentityError, check_domain, is_digest
+from kernel.identity import IdentityError, check_domain, int_text, is_digest
 from kernel.organs.arithmetic import Operator, assess
 from kernel.replay import (
     ProofAuthority,
@@ -178,7 +178,8 @@ def _numbering(frame: ProblemFrame) -> dict[str, int]:
 
 
 def _int(value: int) -> str:
-    return str(value) if value >= 0 else f"(- {-value})"
+    # int_text: the same text whatever the interpreter's int/str limit.
+    return int_text(value) if value >= 0 else f"(- {int_text(-value)})"
 
 
 def _relation(relation: Relation, sym: dict[str, str]) -> tuple[str, ...]:

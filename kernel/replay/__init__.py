@@ -18,19 +18,24 @@ from kernel.replay._authority import (
     proof_outcome_id_of,
     seal_proof_outcome,
 )
-from kernel.replay._inputs import build_replay_input, requests_from_bundle
+from kernel.replay._facts import RunFacts, examine_run, facts_for
+from kernel.replay._inputs import build_replay_input, replay_bundle_attempts, requests_from_bundle
 from kernel.replay._machine import (
     ContractClosed,
     ProofsReplayed,
-    ReasonCode,
     ReplayMisuseError,
     Validated,
+    begin_attempt,
     dispose,
+    finish_attempt,
+    refuse_malformed_attempt,
     replay_attempt,
+    replay_attempts,
     replay_contract,
     replay_proofs,
     validate,
 )
+from kernel.replay._reasons import DISPOSITION_OF, ReasonCode
 from kernel.replay._records import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
     ReplayAdapterInput,
@@ -47,6 +52,7 @@ from kernel.replay._records import (
 
 __all__ = [
     "CONTRACT_PROOF_REPLAY_POLICY_VERSION",
+    "DISPOSITION_OF",
     "AuthorityManifest",
     "ContractAuthority",
     "ContractClosed",
@@ -67,13 +73,21 @@ __all__ = [
     "ReplayDisposition",
     "ReplayMisuseError",
     "ReplayRequest",
+    "RunFacts",
     "Validated",
+    "begin_attempt",
     "build_replay_input",
     "dispose",
+    "examine_run",
+    "facts_for",
+    "finish_attempt",
     "input_digest_of",
     "proof_outcome_id_of",
     "refusal_id_of",
+    "refuse_malformed_attempt",
     "replay_attempt",
+    "replay_attempts",
+    "replay_bundle_attempts",
     "replay_contract",
     "replay_proofs",
     "requests_from_bundle",

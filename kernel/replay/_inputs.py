@@ -3,25 +3,31 @@
 ``build_replay_input`` seals the §6.2 input for one attempt of a valid chain,
 naming the manifest's allowlisted target and the organ's exact obligations;
 ``requests_from_bundle`` pairs a bundle's inputs with its attempts and
-reconstructions in the run's canonical order.
+reconstructions in the run's canonical order; ``replay_bundle_attempts``
+classifies them, examining the bundle's one run once for the whole batch.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import attrs
 
 from kernel.frames import frame_digest
 from kernel.replay._authority import AuthorityManifest, ProofObligations
+from kernel.replay._facts import examine_run
+from kernel.replay._machine import replay_attempt
 from kernel.replay._records import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
     ReplayAdapterInput,
+    ReplayAdapterOutcome,
     ReplayBundle,
     ReplayRequest,
     input_digest_of,
 )
 from kernel.upstream import SCHEMA_VERSIONS, SearchChain
 
-__all__ = ["build_replay_input", "requests_from_bundle"]
+__all__ = ["build_replay_input", "replay_bundle_attempts", "requests_from_bundle"]
 
 
 def build_replay_input(
@@ -91,3 +97,21 @@ def requests_from_bundle(bundle: ReplayBundle) -> tuple[ReplayRequest, ...]:
             bundle.inputs, attempts, chain.reconstructions, strict=True
         )
     )
+
+
+def replay_bundle_attempts(
+    bundle: ReplayBundle, manifest: AuthorityManifest
+) -> Iterator[ReplayAdapterOutcome]:
+    """Every attempt's outcome, in the run's order, streamed; no evidence.
+
+    Equal to ``replay_attempt`` over ``requests_from_bundle(bundle)``, but the
+    bundle's run is examined once for the batch (linear cost). Raises
+    ``ValueError`` (before yielding anything) like ``requests_from_bundle``.
+    """
+    requests = requests_from_bundle(bundle)
+    chain = bundle.chain
+    facts = examine_run(
+        chain.run,
+        shared=(chain.problem_frame, chain.assessment, chain.gate, chain.budget, chain.residuals),
+    )
+    return (replay_attempt(request, manifest, facts=facts) for request in requests)

@@ -10,6 +10,9 @@ Rules:
 - Identities follow §13: ``input_digest`` covers exactly the §13.2 fields;
   result and refusal ids self-seal their structural payload with the id
   blanked; ``explanation`` never enters an id.
+- A refusal also names the attempt index it concerns (ADR 0011), so early
+  refusals of different attempts of one run never share an id even though
+  none of their identities could be validated.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ from typing import Final, final
 
 import attrs
 
-from kernel._values import DIGEST, NAME, NON_NEGATIVE_INT, OPTIONAL_DIGEST, TEXT, tuple_of
+from kernel._values import (
+    DIGEST,
+    NAME,
+    NON_NEGATIVE_INT,
+    OPTIONAL_DIGEST,
+    OPTIONAL_NON_NEGATIVE_INT,
+    TEXT,
+    tuple_of,
+)
 from kernel.frames import ProblemFrame, SourceSpan, spans_payload
 from kernel.identity import JsonValue, digest
 from kernel.upstream import (
@@ -200,13 +211,21 @@ def result_id_of(result: ReplayAdapterResult) -> str:
 @final
 @attrs.frozen
 class ReplayAdapterRefusal:
-    """ADR-0229 §7.2: the adapter could not lawfully classify the candidate."""
+    """ADR-0229 §7.2: the adapter could not lawfully classify the candidate.
+
+    ``attempt_index`` (ADR 0011) is the position in the run the refused
+    attempt was addressed at: validated once the identity chain holds,
+    otherwise as the input stated it (or as the bundle placed a malformed
+    attempt); ``None`` when nothing states one. It is an address, not an
+    identity claim, and it enters the refusal's id.
+    """
 
     replay_refusal_id: str = attrs.field(validator=DIGEST)
     replay_policy_version: str = attrs.field(validator=NAME)
     input_digest: str | None = attrs.field(validator=OPTIONAL_DIGEST)
     run_id: str | None = attrs.field(validator=OPTIONAL_DIGEST)
     attempt_id: str | None = attrs.field(validator=OPTIONAL_DIGEST)
+    attempt_index: int | None = attrs.field(validator=OPTIONAL_NON_NEGATIVE_INT)
     candidate_digest: str | None = attrs.field(validator=OPTIONAL_DIGEST)
     replay_disposition: ReplayDisposition = attrs.field(
         validator=_disposition_in(REFUSAL_DISPOSITIONS)
@@ -222,6 +241,7 @@ class ReplayAdapterRefusal:
             "input_digest": self.input_digest,
             "run_id": self.run_id,
             "attempt_id": self.attempt_id,
+            "attempt_index": self.attempt_index,
             "candidate_digest": self.candidate_digest,
             "replay_disposition": self.replay_disposition.value,
             "reason_codes": list(self.reason_codes),

@@ -20,7 +20,7 @@ activation"):
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias, final
+from typing import Any, TypeAlias, assert_never, final
 
 import attrs
 
@@ -253,6 +253,8 @@ def evaluate_activation(
             proceed = Proceed.PROCEED_WITH_NOTE
         case Activation.INACTIVE:  # pragma: no cover - Selection refuses it
             raise AssertionError("a Selection is never inactive")
+        case _:
+            assert_never(selection.activation)
     return BackendGap(
         claim_id=claim_id,
         backend=backend,

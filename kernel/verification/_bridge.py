@@ -40,7 +40,7 @@ Sealing checks, in order:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, assert_never
 
 import attrs
 
@@ -146,6 +146,8 @@ def _check_spec(spec: VerificationSpec) -> Rejection | None:
             )
         case OperationKind.CHECK:
             pass
+        case _:
+            assert_never(operation.kind)
     if spec.backend == REVERIFY_BACKEND and spec.claim.level is not ClaimLevel.BINARY:
         return _reject(
             RejectionCode.REVERIFY_CLAIM_NOT_APPLICABLE,
@@ -241,6 +243,8 @@ def _check_producer(request: VerificationRequest, producer: Producer) -> Rejecti
                 )
         case Authority.DIAGNOSTIC:
             pass
+        case _:
+            assert_never(request.authority)
     return None
 
 

@@ -46,7 +46,7 @@ Checks, in order (first failure wins; each is one ``GateReason``):
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, assert_never, final
 
 import attrs
 
@@ -154,6 +154,8 @@ def _check(
             return GateReason.DIAGNOSTIC_AUTHORITY, "a diagnostic receipt never passes a gate"
         case Authority.ASSURANCE:
             pass
+        case _:
+            assert_never(receipt.authority)
     if receipt.authority is not allowed:
         return (
             GateReason.RECEIPT_AUTHORITY_MISMATCH,
@@ -205,6 +207,8 @@ def _check(
             return GateReason.STATUS_INCONCLUSIVE, "INCONCLUSIVE never passes a gate"
         case Status.VERIFIED | Status.REFUTED:
             pass
+        case _:
+            assert_never(receipt.status)
     if receipt.status is not request.expected_result:
         return (
             GateReason.STATUS_MISMATCH,

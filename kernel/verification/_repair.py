@@ -15,7 +15,7 @@ can read a closure as a request for rereview.
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, assert_never, final
 
 import attrs
 
@@ -102,6 +102,8 @@ def plan_post_repair_reruns(
                 pass
             case Activation.SELECTED | Activation.INACTIVE:
                 continue
+            case _:
+                assert_never(request.activation)
         spec = VerificationSpec(
             candidate=repaired,
             claim=request.claim,

@@ -1,0 +1,290 @@
+"""External checks: ``kernel check run`` against two ``in-toto-run`` steps (issue 10, item 5).
+
+    python -m bench._external [--rounds 7]
+
+Both sides run the same producer and checker scripts on the same ten 1 MiB
+inputs, interleaved round by round (kernel, in-toto, in-toto, kernel, ...):
+
+- kernel: one ``kernel check run`` process (contained steps, at the strongest
+  level this machine gives; pins, snapshot, evidence, receipt validation);
+- in-toto: ``in-toto-run`` for the producer (materials: the inputs; products:
+  the evidence) then ``in-toto-run`` for the checker (materials: inputs and
+  evidence; products: the receipt), each signing its link with an ed25519 key.
+
+Reported per side: median wall time and median CPU of the whole process tree
+(``RUSAGE_CHILDREN``), and the kernel/in-toto ratio of each (< 1: the kernel is
+cheaper). Separately, the kernel's in-process CPU for one ``run_check`` beyond
+its two launches: the run's own CPU (``RUSAGE_SELF``) in-process, with the
+scripts' CPU excluded by construction, with the ten 1 MiB inputs (three
+hashing passes over them: copy, after the producer, after the checker) and
+with one 1 KiB input (the fixed part). And the kernel CLI's start-up, which is
+most of the whole-process difference. Needs ``in-toto`` (``>=3,<4``, in the
+``dev`` extra); without it the comparison says it was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Final
+
+from rich.console import Console
+
+INPUTS: Final = 10
+INPUT_BYTES: Final = 1024 * 1024
+
+PRODUCER: Final = """
+import hashlib, json, os, sys
+request = json.load(open(sys.argv[1]))
+root = request["paths"]["snapshot"]
+digest = hashlib.sha256()
+for name in sorted(os.listdir(os.path.join(root, "data"))):
+    digest.update(open(os.path.join(root, "data", name), "rb").read())
+with open(os.path.join(request["paths"]["evidence"], "proof.txt"), "w") as handle:
+    handle.write(digest.hexdigest() + "\\n")
+"""
+
+CHECKER: Final = """
+import json, sys
+request = json.load(open(sys.argv[1]))
+receipt = {
+    "schema_version": 1, "job_id": request["job_id"], "run_id": request["run_id"],
+    "check_id": request["check_id"], "check_digest": request["check_digest"],
+    "specification_digest": request["specification_digest"],
+    "identity": request["identity"], "evidence_digest": request["evidence_digest"],
+    "verdict": "accepted",
+    "obligations": [
+        {"name": name, "result": "accepted", "evidence": ["proof.txt"]}
+        for name in request["claim"]["obligations"]
+    ],
+}
+with open(sys.argv[2], "w") as handle:
+    json.dump(receipt, handle)
+"""
+
+
+def _pin(path: Path) -> dict[str, str]:
+    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+class Workbench:
+    """Scripts, a repository with ten 1 MiB inputs, a manifest, a job and a signing key."""
+
+    def __init__(self, root: Path, inputs: int = INPUTS, input_bytes: int = INPUT_BYTES) -> None:
+        self.root = root
+        self.repo = root / "repo"
+        (self.repo / "data").mkdir(parents=True)
+        (self.repo / "spec.txt").write_text("claim: the inputs hash as the proof says\n")
+        for index in range(inputs):
+            (self.repo / "data" / f"input-{index}.bin").write_bytes(os.urandom(input_bytes))
+        self.producer = root / "producer.py"
+        self.producer.write_text(PRODUCER)
+        self.checker = root / "checker.py"
+        self.checker.write_text(CHECKER)
+        python = Path(sys.executable)
+        declared = [f"data/input-{index}.bin" for index in range(inputs)]
+        entry = {
+            "check_id": "bench",
+            "claim": {
+                "specification": "spec.txt",
+                "obligations": ["inputs_hashed"],
+                "assumptions": ["none"],
+                "model_scope": "ten files",
+            },
+            "assurance": "benchmark",
+            "inputs": declared,
+            "evidence_artifacts": ["proof.txt"],
+            "producer": {
+                "argv": ["{{python}}", str(self.producer), "{{request}}"],
+                "executable": _pin(python),
+                "dependencies": [_pin(self.producer)],
+                "trusted_tool_dependencies": [],
+            },
+            "checker": {
+                "argv": ["{{python}}", str(self.checker), "{{request}}", "{{receipt}}"],
+                "executable": _pin(python),
+                "dependencies": [_pin(self.checker)],
+                "trusted_tool_dependencies": [],
+            },
+        }
+        self.manifest = root / "manifest.json"
+        self.manifest.write_text(json.dumps({"schema_version": 1, "checks": [entry]}))
+        from kernel.external import seal_job
+        from kernel.serde import dumps
+
+        self.job = root / "job.json"
+        self.job.write_bytes(dumps(seal_job("bench-1", "bench", "benchmark job")))
+        self.key = root / "signing-key.pem"
+        self._write_key()
+        self.round = 0
+
+    def _write_key(self) -> None:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        pem = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        self.key.write_bytes(pem)
+
+    def kernel(self) -> None:
+        self.round += 1
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "kernel"), "check", "run", str(self.manifest),
+             "bench", "--job", str(self.job), "--run-root", str(self.root / "runs"),
+             "--run-id", f"k{self.round}", "--repo", str(self.repo)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"kernel check run failed: {done.stderr.decode()}")
+
+    def in_toto(self) -> None:
+        self.round += 1
+        work = self.root / "toto" / str(self.round)
+        snapshot = work / "snapshot"
+        shutil.copytree(self.repo, snapshot)  # the kernel copies its snapshot too
+        evidence = work / "evidence"
+        evidence.mkdir()
+        request = {
+            "job_id": "bench-1", "run_id": f"t{self.round}", "check_id": "bench",
+            "check_digest": "0" * 64, "specification_digest": "0" * 64, "identity": {},
+            "evidence_digest": "0" * 64, "claim": {"obligations": ["inputs_hashed"]},
+            "paths": {"snapshot": str(snapshot), "evidence": str(evidence)},
+        }  # fmt: skip
+        (work / "request.json").write_text(json.dumps(request))
+        tool = str(Path(sys.executable).parent / "in-toto-run")
+        common = ["--signing-key", str(self.key), "--base-path", str(work)]
+        steps = [
+            [tool, "-n", "produce", *common, "-m", "snapshot", "-p", "evidence", "--",
+             sys.executable, str(self.producer), str(work / "request.json")],
+            [tool, "-n", "check", *common, "-m", "snapshot", "evidence", "-p", "receipt.json",
+             "--", sys.executable, str(self.checker), str(work / "request.json"),
+             str(work / "receipt.json")],
+        ]  # fmt: skip
+        for argv in steps:
+            done = subprocess.run(
+                argv, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"in-toto-run failed: {done.stderr.decode()}")
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(action: object) -> tuple[float, float]:
+    assert callable(action)
+    wall, cpu = time.perf_counter(), _children_cpu()
+    action()
+    return time.perf_counter() - wall, _children_cpu() - cpu
+
+
+def in_process_overhead(bench: Workbench, runs: int) -> list[float]:
+    """CPU seconds of ``run_check`` in this process, per run (the scripts run elsewhere)."""
+    from kernel.external import RunLimits, default_environment, load_job, load_manifest, run_check
+
+    entry = load_manifest(bench.manifest, repository_root=bench.repo).entry("bench")
+    job = load_job(bench.job)
+    samples: list[float] = []
+    for index in range(runs):
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        outcome = run_check(
+            entry,
+            job,
+            repository_root=bench.repo,
+            manifest_path=bench.manifest,
+            run_root=bench.root / "inproc",
+            run_id=f"i{index}",
+            limits=RunLimits(60.0, 60.0),
+            environment=default_environment(),
+        )
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        if outcome.metadata.status.value != "PASS":
+            raise SystemExit(f"run_check did not pass: {outcome.metadata.detail}")
+        samples.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return samples
+
+
+def _import_cli() -> None:
+    subprocess.run([sys.executable, "-c", "import kernel.cli"], check=True)
+
+
+def report(console: Console, rounds: int) -> list[str]:
+    """Measure, print and return the result lines."""
+    if shutil.which("in-toto-run", path=str(Path(sys.executable).parent)) is None:
+        line = "external: skipped (in-toto-run not installed: pip install 'in-toto>=3,<4')"
+        console.print(line)
+        return [line]
+    from kernel.external import available_level
+
+    with tempfile.TemporaryDirectory(prefix="bench-external-") as folder:
+        bench = Workbench(Path(folder))
+        bench.kernel()  # warm the page cache and the kernel's imports once
+        bench.in_toto()
+        kernel: list[tuple[float, float]] = []
+        toto: list[tuple[float, float]] = []
+        for index in range(rounds):
+            pair = ((bench.kernel, kernel), (bench.in_toto, toto))
+            for action, samples in pair if index % 2 == 0 else pair[::-1]:
+                samples.append(_timed(action))
+        inproc = in_process_overhead(bench, max(3, rounds))
+        small = Workbench(Path(folder) / "small", inputs=1, input_bytes=1024)
+        fixed = in_process_overhead(small, max(5, rounds))
+        startup = [_timed(_import_cli) for _ in range(rounds)]
+    level = available_level()
+    ratios_cpu = [k[1] / t[1] for k, t in zip(kernel, toto, strict=True)]
+    ratios_wall = [k[0] / t[0] for k, t in zip(kernel, toto, strict=True)]
+    lines = [
+        f"external ({INPUTS} x {INPUT_BYTES // 1024} KiB inputs, containment "
+        f"{level.value if level else 'none'}, {rounds} rounds):",
+        f"  kernel check run: wall {statistics.median(k[0] for k in kernel) * 1000:.0f} ms, "
+        f"cpu {statistics.median(k[1] for k in kernel) * 1000:.0f} ms (whole process tree)",
+        f"  two in-toto-run steps: wall {statistics.median(t[0] for t in toto) * 1000:.0f} ms, "
+        f"cpu {statistics.median(t[1] for t in toto) * 1000:.0f} ms",
+        f"  kernel / in-toto: cpu {statistics.median(ratios_cpu):.2f}x "
+        f"(min {min(ratios_cpu):.2f}, max {max(ratios_cpu):.2f}), "
+        f"wall {statistics.median(ratios_wall):.2f}x",
+        f"  of which the kernel CLI's start-up (python -c 'import kernel.cli'): cpu "
+        f"{statistics.median(c for _, c in startup) * 1000:.0f} ms; kernel / in-toto without "
+        f"it: cpu {_without(kernel, toto, statistics.median(c for _, c in startup)):.2f}x",
+        f"  run_check in-process cpu per run (beyond the launched processes): "
+        f"median {statistics.median(inproc) * 1000:.1f} ms "
+        f"(min {min(inproc) * 1000:.1f}, max {max(inproc) * 1000:.1f}); "
+        f"with one 1 KiB input: median {statistics.median(fixed) * 1000:.1f} ms "
+        f"(min {min(fixed) * 1000:.1f}, max {max(fixed) * 1000:.1f})",
+    ]
+    for line in lines:
+        console.print(line)
+    return lines
+
+
+def _without(
+    kernel: list[tuple[float, float]], toto: list[tuple[float, float]], startup: float
+) -> float:
+    return statistics.median((k[1] - startup) / t[1] for k, t in zip(kernel, toto, strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench._external", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    args = parser.parse_args(argv)
+    report(Console(), args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""(e) Replay against its hash floor, and where the rest of the time goes.
+
+The hash floor of replay is the canonical-JSON + SHA-256 work for every
+identity replay recomputes (ADR-0229 §6, §11, §13): this module records each
+payload ``canonical_json`` is asked for while the whole shipped bundle is
+classified (``replay_bundle_attempts``: validation, contract and proof
+authorities' own sealing, the outcome ids), then times re-digesting exactly
+those payloads. Side by side in the same rounds:
+
+- replay: ``replay_bundle_attempts`` over the parsed bundle (facts once per
+  batch, as ``kernel replay`` does);
+- parse: ``loads(bundle.json, ReplayBundle)`` (strict JSON and structuring);
+- validate: ``validate`` of every attempt with the batch's facts;
+- authorities: the contract authority on every validated candidate and the
+  proof authorities on every contract-closed one, called directly;
+- transitions: what is left of replay once validate and the authorities
+  are taken out (building states, outcomes, their ids), reported in the
+  summary as a difference of medians.
+
+Every figure is per bundle (the summary divides by its attempts); ratios are
+floor / variant, so replay's multiple of its floor is the inverse.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import kernel.identity as identity
+from bench._cases import ROOT, Corpus
+from bench._harness import Comparison, Variant
+from kernel.identity import JsonValue, digest
+from kernel.organs import BUILTIN_MANIFEST, assess, builtin_manifest
+from kernel.replay import (
+    ContractClosed,
+    ProofContext,
+    ReplayBundle,
+    Validated,
+    build_replay_input,
+    examine_run,
+    replay_bundle_attempts,
+    replay_contract,
+    validate,
+)
+from kernel.serde import loads
+from kernel.upstream import build_chain
+
+
+@dataclass(frozen=True)
+class Floor:
+    """Every payload digested while the bundle is replayed once, in call order."""
+
+    attempts: int
+    payloads: tuple[JsonValue, ...]
+
+
+@contextmanager
+def _recording(into: list[JsonValue]) -> Iterator[None]:
+    original = identity.canonical_json
+
+    def recorder(value: JsonValue) -> bytes:
+        into.append(value)
+        return original(value)
+
+    identity.canonical_json = recorder  # bench-only probe
+    try:
+        yield
+    finally:
+        identity.canonical_json = original
+
+
+def hash_floor(corpus: Corpus) -> Floor:
+    manifest = builtin_manifest()
+    payloads: list[JsonValue] = []
+    with _recording(payloads):
+        outcomes = list(replay_bundle_attempts(corpus.bundle, manifest))
+    return Floor(len(outcomes), tuple(payloads))
+
+
+def comparison(corpus: Corpus, floor: Floor) -> Comparison:
+    manifest = builtin_manifest()
+    bundle = corpus.bundle
+    chain = bundle.chain
+    facts = examine_run(
+        chain.run,
+        shared=(chain.problem_frame, chain.assessment, chain.gate, chain.budget, chain.residuals),
+    )
+    validated = [
+        state
+        for request in corpus.requests
+        if isinstance(state := validate(request, manifest, facts=facts), Validated)
+    ]
+    contracts = [replay_contract(state) for state in validated]
+    closed = [state for state in contracts if isinstance(state, ContractClosed)]
+
+    def replay() -> object:
+        return list(replay_bundle_attempts(bundle, manifest))
+
+    def parse() -> object:
+        return loads(corpus.bundle_bytes, ReplayBundle)
+
+    def validate_all() -> object:
+        return [validate(request, manifest, facts=facts) for request in corpus.requests]
+
+    def authorities() -> object:
+        done: list[object] = [v.contract_authority.assess(v.candidate_frame) for v in validated]
+        for state in closed:
+            replay_input = state.validated.request.replay_input
+            for ref, authority in zip(
+                replay_input.proof_obligation_refs, state.validated.proof_authorities, strict=True
+            ):
+                context = ProofContext(
+                    ref,
+                    replay_input.candidate_digest,
+                    state.validated.candidate_frame,
+                    state.contract_replay,
+                    (),
+                )
+                done.append(authority.prove(context))
+        return done
+
+    def floor_digests() -> object:
+        return [digest(value) for value in floor.payloads]
+
+    return Comparison(
+        "e: replay split",
+        f"bundle of {floor.attempts} attempts, {len(floor.payloads)} digests",
+        Variant("hash floor", floor_digests),
+        (
+            Variant("replay (batch)", replay),
+            Variant("parse", parse),
+            Variant("validate", validate_all),
+            Variant("authorities", authorities),
+        ),
+    )
+
+
+def summary(floor: Floor, medians_us: dict[str, float]) -> list[str]:
+    """Per-attempt figures and replay's multiple of its hash floor."""
+    per = {label: us / floor.attempts for label, us in medians_us.items()}
+    transitions = per["replay (batch)"] - per["validate"] - per["authorities"]
+    ratio = per["replay (batch)"] / per["hash floor"]
+    lines = [
+        f"per attempt (us, median): hash floor {per['hash floor']:.0f}, "
+        f"replay {per['replay (batch)']:.0f}, parse {per['parse']:.0f}, "
+        f"validate {per['validate']:.0f}, authorities {per['authorities']:.0f}, "
+        f"transitions {transitions:.0f}",
+        f"replay = {ratio:.2f}x its hash floor (target <= 1.5x); "
+        f"validate alone {per['validate'] / per['hash floor']:.2f}x",
+    ]
+    return lines
+
+
+if __name__ == "__main__":  # pragma: no cover - use ``python -m bench``
+    sys.exit("run: python -m bench")
+
+
+# --- linear batches (issue 10): CPU of one batch against its size ---------------
+
+
+def scaled_bundle(attempts: int) -> ReplayBundle:
+    """The shipped scenario's four honest candidates, cycled to ``attempts`` attempts."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import build_example_chain as example
+    finally:
+        sys.path.pop(0)
+
+    drafts = [example.CANDIDATES[i % 4] for i in range(attempts)]
+    chain = build_chain(
+        example.ORIGINAL, assess(example.ORIGINAL), drafts,
+        operator_set_id="arithmetic.repair_ops", operator_set_version="v1",
+    )
+    inputs = tuple(build_replay_input(chain, i, BUILTIN_MANIFEST) for i in range(attempts))
+    return ReplayBundle(chain, inputs)
+
+
+def batch_cpu_seconds(bundle: ReplayBundle, *, frozen: bool = False) -> float:
+    """CPU seconds (this process) to classify every attempt of ``bundle`` in one batch.
+
+    ``frozen`` moves the loaded bundle out of the cyclic GC's sight first
+    (``gc.freeze``), as a command may after reading it: the collector's full
+    passes otherwise rescan the whole bundle, a cost that grows with it.
+    """
+    manifest = builtin_manifest()
+    if frozen:
+        gc.collect()
+        gc.freeze()
+    try:
+        started = time.process_time()
+        for _ in replay_bundle_attempts(bundle, manifest):
+            pass
+        return time.process_time() - started
+    finally:
+        if frozen:
+            gc.unfreeze()
+
+
+def scaling(sizes: tuple[int, ...], *, frozen: bool = False) -> list[str]:
+    """``T(n)`` per size, and each ratio to the previous size (linear: the size ratio)."""
+    lines: list[str] = [f"gc.freeze() after building each bundle: {frozen}"]
+    previous: tuple[int, float] | None = None
+    for size in sizes:
+        seconds = batch_cpu_seconds(scaled_bundle(size), frozen=frozen)
+        line = (
+            f"replay batch of {size:,} attempts: {seconds:.2f} s CPU "
+            f"({seconds / size * 1e6:.0f} us each)"
+        )
+        if previous is not None:
+            line += (
+                f"; T({size:,})/T({previous[0]:,}) = {seconds / previous[1]:.1f} "
+                f"(size x{size / previous[0]:g})"
+            )
+        lines.append(line)
+        previous = (size, seconds)
+    return lines

@@ -1,0 +1,639 @@
+"""The steps of one run or replay, shared by ``run_check`` and ``replay_run``.
+
+Each step is a guard: the first that fails raises ``Block`` and the attempt
+ends BLOCKED with its ``Reason`` (seed 003, "Production and checking
+sequence"; the order is ``run_check``'s, in ``_run.py``). A ``Recorder``
+collects what the attempt learns and is frozen into ``RunMetadata`` by
+``finish``, which writes ``metadata.json`` last, in every case.
+
+Nothing here reads the clock, the environment or a global path: deadlines,
+the child environment, the run root and the run id are arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import attrs
+
+from kernel.external._contain import (
+    ContainmentLevel,
+    SealedFile,
+    available_level,
+    close_sealed,
+    seal_copy,
+)
+from kernel.external._files import (
+    copy_hashed,
+    list_digest,
+    read_capped,
+    sha256_nofollow,
+    walk_tree,
+    write_atomic,
+    write_json_atomic,
+)
+from kernel.external._identity import CheckIdentity, all_pins, check_identity
+from kernel.external._job import Job, job_digest_of
+from kernel.external._manifest import CheckEntry, Command, Pin, check_identifier
+from kernel.external._outcome import (
+    METADATA_SCHEMA_VERSION,
+    FileDigest,
+    ProcessSummary,
+    Reason,
+    RunKind,
+    RunMetadata,
+    RunOutcome,
+    Status,
+    Verdict,
+    summarize_process,
+)
+from kernel.external._pins import first_pin_failure
+from kernel.external._process import ProcessStatus, run_process
+from kernel.external._receipt import ReceiptExpectation, validate_receipt
+from kernel.external._settings import (
+    REQUEST_SCHEMA_VERSION,
+    Progress,
+    Role,
+    RunLimits,
+    Stage,
+    expand_argv,
+)
+from kernel.external.errors import ManifestError, PinMismatchError, RunDirectoryError
+from kernel.identity import JsonValue, sha256_hex
+from kernel.serde import dumps, unstructure
+
+__all__ = [
+    "Attempt",
+    "Block",
+    "Recorder",
+    "build_identity",
+    "check_job",
+    "check_phase",
+    "choose_containment",
+    "finish",
+    "freeze_snapshot",
+    "fresh_attempt",
+    "hash_evidence",
+    "launch",
+    "recheck_pins",
+    "request_object",
+    "require_utf8_path",
+    "verify_snapshot",
+]
+
+# --- the steps ------------------------------------------------------------------------
+
+
+class Block(Exception):
+    """A guard failed: the run ends BLOCKED with ``reason``."""
+
+    def __init__(self, reason: Reason, detail: str, summary: ProcessSummary | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.summary = summary
+
+
+@attrs.define
+class Recorder:
+    """Mutable draft of the metadata; frozen into ``RunMetadata`` at the end."""
+
+    kind: RunKind
+    run_id: str
+    replay_of: str | None
+    check_id: str
+    manifest_path: str
+    repository_root: str
+    job_id: str
+    job_digest: str
+    containment: ContainmentLevel | None = None
+    check_digest: str | None = None
+    input_digest: str | None = None
+    inputs: tuple[FileDigest, ...] = ()
+    specification_digest: str | None = None
+    artifacts: tuple[FileDigest, ...] = ()
+    evidence_digest: str | None = None
+    producer: ProcessSummary | None = None
+    checker: ProcessSummary | None = None
+    producer_request_sha256: str | None = None
+    checker_request_sha256: str | None = None
+    receipt_sha256: str | None = None
+    verdict: Verdict | None = None
+
+    def freeze(self, status: Status, reason: Reason | None, detail: str) -> RunMetadata:
+        # A detail can quote a path a command created with undecodable bytes
+        # (an OSError's filename); the metadata is strict UTF-8, so escape them.
+        detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
+        return RunMetadata(
+            METADATA_SCHEMA_VERSION,
+            self.kind,
+            self.run_id,
+            self.replay_of,
+            self.check_id,
+            self.manifest_path,
+            self.repository_root,
+            self.job_id,
+            self.job_digest,
+            self.containment,
+            self.check_digest,
+            self.input_digest,
+            self.inputs,
+            self.specification_digest,
+            self.artifacts,
+            self.evidence_digest,
+            self.producer,
+            self.checker,
+            self.producer_request_sha256,
+            self.checker_request_sha256,
+            self.receipt_sha256,
+            self.verdict,
+            status,
+            reason,
+            detail,
+        )
+
+
+@attrs.frozen
+class Attempt:
+    root: Path
+
+    @property
+    def snapshot(self) -> Path:
+        return self.root / "snapshot"
+
+    @property
+    def evidence(self) -> Path:
+        return self.root / "evidence"
+
+    def role_dir(self, role: Role) -> Path:
+        return self.root / role.value
+
+    def placeholders(self, command: Command, role: Role) -> dict[str, str]:
+        return {
+            "python": command.executable.path,
+            "snapshot": str(self.snapshot),
+            "run_dir": str(self.root),
+            "request": str(self.role_dir(role) / "request.json"),
+            "evidence": str(self.evidence),
+            "receipt": str(self.role_dir(role) / "receipt.json"),
+        }
+
+
+def require_utf8_path(path: Path | str, what: str) -> None:
+    """Refuse a path that is not valid UTF-8: requests and metadata are strict JSON."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RunDirectoryError(
+            "path_not_utf8", f"{what} {os.fspath(path)!r} is not valid UTF-8"
+        ) from exc
+
+
+def fresh_attempt(parent: Path, attempt_id: str) -> Attempt:
+    """Create ``parent/attempt_id``; raises ``RunDirectoryError`` if it exists."""
+    try:
+        check_identifier(attempt_id, "run id")
+    except ManifestError as exc:
+        raise RunDirectoryError("invalid_run_id", exc.message) from exc
+    require_utf8_path(os.path.abspath(parent), "run root")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        root = Path(os.path.realpath(parent)) / attempt_id
+        require_utf8_path(root, "attempt directory")
+        root.mkdir()
+    except FileExistsError as exc:
+        raise RunDirectoryError("run_dir_exists", f"{parent / attempt_id} already exists") from exc
+    except OSError as exc:
+        raise RunDirectoryError("run_dir_unwritable", f"{parent}: {exc.strerror}") from exc
+    return Attempt(root)
+
+
+def check_job(job: Job, entry: CheckEntry) -> None:
+    """Seed 003 "Before execution": the job digest and its binding to this check."""
+    if job_digest_of(job) != job.job_digest:
+        raise Block(Reason.JOB_DIGEST_MISMATCH, "job_digest does not match the job's content")
+    if job.check_id != entry.check_id:
+        raise Block(
+            Reason.JOB_CHECK_MISMATCH, f"job is for {job.check_id!r}, not {entry.check_id!r}"
+        )
+
+
+def choose_containment(
+    entry: CheckEntry, rec: Recorder, max_containment: ContainmentLevel | None
+) -> ContainmentLevel:
+    """The level every step of this run uses (ADR 0009); never weaker than required."""
+    level = available_level(max_containment)
+    required = entry.required_containment
+    if level is None or not level.satisfies(required):
+        have = "none" if level is None else level.value
+        want = "any" if required is None else required.value
+        raise Block(
+            Reason.CONTAINMENT_UNAVAILABLE,
+            f"the check requires containment {want}; this machine gives {have}",
+        )
+    rec.containment = level
+    return level
+
+
+def build_identity(entry: CheckEntry, rec: Recorder, attempt: Attempt) -> CheckIdentity:
+    """identity(check) with every pin checked; retained as identity.json."""
+    try:
+        identity = check_identity(entry)
+    except PinMismatchError as exc:
+        raise Block(Reason.PIN_MISMATCH, exc.message) from exc
+    rec.check_digest = identity.check_digest
+    write_atomic(attempt.root / "identity.json", identity.canonical + b"\n")
+    return identity
+
+
+def recheck_pins(pins: tuple[Pin, ...], reason: Reason, when: str) -> None:
+    """Seed 003 "Pin validation": these pins again, right before (or after) a launch."""
+    failure = first_pin_failure(pins)
+    if failure is not None:
+        raise Block(reason, f"{when}: {failure.detail}")
+
+
+def _source_file(root: Path, relative: str) -> Path:
+    resolved = Path(os.path.realpath(root / relative))
+    if not resolved.is_relative_to(root):
+        raise Block(Reason.INPUT_ESCAPES_ROOT, f"{relative!r} resolves outside the repository")
+    try:
+        mode = os.stat(resolved).st_mode
+    except OSError as exc:
+        raise Block(Reason.INPUT_MISSING, f"{relative!r}: {exc.strerror}") from exc
+    if not stat.S_ISREG(mode):
+        raise Block(Reason.INPUT_MISSING, f"{relative!r} is not a regular file")
+    return resolved
+
+
+def freeze_snapshot(
+    entry: CheckEntry, repository_root: Path, rec: Recorder, attempt: Attempt
+) -> tuple[FileDigest, ...]:
+    """Copy the declared inputs into snapshot/, hashing the bytes as they are copied.
+
+    Each input is read once: the digest is of the bytes written to the copy.
+    The snapshot is then checked to hold exactly the declared files (its bytes
+    are checked again after each command).
+    """
+    root = Path(os.path.realpath(repository_root))
+    digests: list[FileDigest] = []
+    attempt.snapshot.mkdir()
+    for relative in entry.declared_inputs():
+        source = _source_file(root, relative)
+        target = attempt.snapshot / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digests.append(FileDigest(relative, copy_hashed(source, target)))
+    inputs = tuple(sorted(digests, key=lambda d: d.path))
+    rec.inputs = inputs
+    rec.input_digest = list_digest(inputs)
+    rec.specification_digest = next(d.sha256 for d in inputs if d.path == entry.claim.specification)
+    verify_snapshot(attempt, inputs, Reason.SNAPSHOT_MISMATCH, "copied snapshot", rehash=False)
+    return inputs
+
+
+def verify_snapshot(
+    attempt: Attempt,
+    inputs: tuple[FileDigest, ...],
+    reason: Reason,
+    when: str,
+    *,
+    rehash: bool = True,
+) -> None:
+    """The snapshot holds exactly the declared inputs, byte for byte (``rehash``)."""
+    if not _is_real_directory(attempt.snapshot):
+        raise Block(reason, f"{when}: snapshot/ is no longer a plain directory")
+    expected = {d.path: d.sha256 for d in inputs}
+    parents = {"/".join(p.split("/")[:i]) for p in expected for i in range(1, p.count("/") + 1)}
+    for relative, kind in walk_tree(attempt.snapshot):
+        if kind == "dir" and relative in parents:
+            continue
+        if kind != "file" or relative not in expected:
+            raise Block(reason, f"{when}: unexpected {kind} {relative!r} in snapshot/")
+        if rehash and sha256_nofollow(attempt.snapshot / relative) != expected[relative]:
+            raise Block(reason, f"{when}: {relative!r} differs from the declared input")
+    present = {relative for relative, kind in walk_tree(attempt.snapshot) if kind == "file"}
+    missing = sorted(set(expected) - present)
+    if missing:
+        raise Block(reason, f"{when}: {missing[0]!r} is missing from snapshot/")
+
+
+def _is_real_directory(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def hash_evidence(evidence: Path, declared: tuple[str, ...]) -> tuple[FileDigest, ...]:
+    """Seed 003 step 3: hash exactly the declared artifacts; the list is exact."""
+    if not _is_real_directory(evidence):
+        raise Block(Reason.ARTIFACT_SYMLINK, "evidence/ is no longer a plain directory")
+    digests: list[FileDigest] = []
+    for relative in declared:
+        current = evidence
+        parts = relative.split("/")
+        for index, part in enumerate(parts):
+            current = current / part
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError as exc:
+                raise Block(Reason.ARTIFACT_MISSING, f"artifact {relative!r} is missing") from exc
+            if stat.S_ISLNK(mode):
+                raise Block(
+                    Reason.ARTIFACT_SYMLINK, f"artifact {relative!r} goes through a symlink"
+                )
+            last = index == len(parts) - 1
+            if (last and not stat.S_ISREG(mode)) or (not last and not stat.S_ISDIR(mode)):
+                raise Block(
+                    Reason.ARTIFACT_NOT_REGULAR, f"artifact {relative!r} is not a regular file"
+                )
+        digests.append(FileDigest(relative, sha256_nofollow(current)))
+    allowed = set(declared) | {
+        "/".join(p.split("/")[:i]) for p in declared for i in range(1, p.count("/") + 1)
+    }
+    for relative, kind in walk_tree(evidence):
+        if relative not in allowed:
+            raise Block(
+                Reason.ARTIFACT_UNDECLARED, f"undeclared {kind} {relative!r} under evidence/"
+            )
+    return tuple(sorted(digests, key=lambda d: d.path))
+
+
+def _reason_for(role: Role, status: ProcessStatus) -> Reason:
+    match status:
+        case ProcessStatus.TIMED_OUT:
+            return Reason.PRODUCER_TIMEOUT if role is Role.PRODUCER else Reason.CHECKER_TIMEOUT
+        case ProcessStatus.CANCELLED:
+            return Reason.CANCELLED
+        case ProcessStatus.LAUNCH_FAILED:
+            return Reason.LAUNCH_FAILED
+        case ProcessStatus.EXITED:
+            return Reason.PRODUCER_FAILED if role is Role.PRODUCER else Reason.CHECKER_FAILED
+
+
+def _sealed_command(
+    role: Role, command: Command, argv: tuple[str, ...]
+) -> tuple[SealedFile, tuple[str, ...], tuple[SealedFile, ...]]:
+    """Seal the executable and each argument naming a pinned dependency; verify the copies.
+
+    Returns the sealed executable, the argv where each such argument is now
+    ``/dev/fd/N`` of its sealed copy, and those copies. Raises ``Block``.
+    """
+    sealed: list[SealedFile] = []
+    try:
+        executable = _seal_pin(role, command.executable, sealed)
+        pinned = {pin.path: pin for pin in command.dependencies}
+        rewritten = [argv[0]]
+        for argument in argv[1:]:
+            pin = pinned.get(argument)
+            if pin is None:
+                rewritten.append(argument)
+                continue
+            copy = _seal_pin(role, pin, sealed)
+            rewritten.append(f"/dev/fd/{copy.fd}")
+    except BaseException:
+        close_sealed(sealed)
+        raise
+    return executable, tuple(rewritten), tuple(sealed[1:])
+
+
+def _seal_pin(role: Role, pin: Pin, sealed: list[SealedFile]) -> SealedFile:
+    try:
+        copy = seal_copy(pin.path)
+    except OSError as exc:
+        raise Block(
+            Reason.PIN_CHANGED_BEFORE_LAUNCH,
+            f"before the {role.value} launch: {pin.path}: {exc.strerror or exc}",
+        ) from exc
+    sealed.append(copy)
+    if copy.sha256 != pin.sha256:
+        raise Block(
+            Reason.PIN_CHANGED_BEFORE_LAUNCH,
+            f"before the {role.value} launch: {pin.path}: "
+            f"sha256 {copy.sha256} != pinned {pin.sha256}",
+        )
+    return copy
+
+
+def launch(
+    role: Role,
+    entry: CheckEntry,
+    attempt: Attempt,
+    *,
+    timeout_seconds: float,
+    limits: RunLimits,
+    environment: Mapping[str, str],
+    cancel: threading.Event | None,
+    containment: ContainmentLevel,
+    recheck: tuple[Pin, ...],
+) -> ProcessSummary:
+    """Re-check ``recheck``'s pins, run one command in snapshot/, keep its output; map failures.
+
+    What runs is sealed copies (ADR 0009): the executable and the scripts named
+    in argv are the bytes just hashed, whatever happens to the files meanwhile.
+    """
+    command = entry.producer if role is Role.PRODUCER else entry.checker
+    argv = expand_argv(command.argv, attempt.placeholders(command, role))
+    if argv[0] != command.executable.path:  # the manifest validator makes this an invariant
+        raise Block(Reason.LAUNCH_FAILED, f"{role.value} argv[0] is not the pinned executable")
+    # Each pin is hashed once here: the executable and the scripts named in argv
+    # through their sealed copies, every other pin of this launch by its path.
+    arguments = set(argv[1:])
+    sealed = {command.executable} | {p for p in command.dependencies if p.path in arguments}
+    recheck_pins(
+        tuple(pin for pin in recheck if pin not in sealed),
+        Reason.PIN_CHANGED_BEFORE_LAUNCH,
+        f"before the {role.value} launch",
+    )
+    executable, argv, scripts = _sealed_command(role, command, argv)
+    try:
+        result = run_process(
+            argv,
+            cwd=attempt.snapshot,
+            env=environment,
+            timeout_seconds=timeout_seconds,
+            cancel=cancel,
+            stdout_limit=limits.output_limit_bytes,
+            stderr_limit=limits.output_limit_bytes,
+            containment=containment,
+            executable_fd=executable.fd,
+            pass_fds=tuple(script.fd for script in scripts),
+        )
+    finally:
+        close_sealed((executable, *scripts))
+    directory = attempt.role_dir(role)
+    summary = summarize_process(result)
+    if not _is_real_directory(directory):
+        # Never write (logs) or read (a receipt) through a directory the command swapped.
+        raise Block(
+            Reason.RUN_DIR_TAMPERED, f"{role.value}/ is no longer a plain directory", summary
+        )
+    write_atomic(directory / "stdout.log", result.stdout)
+    write_atomic(directory / "stderr.log", result.stderr)
+    if result.status is not ProcessStatus.EXITED or result.returncode != 0:
+        raise Block(_reason_for(role, result.status), f"{role.value} {result.detail}", summary)
+    return summary
+
+
+def request_object(
+    role: Role,
+    kind: RunKind,
+    entry: CheckEntry,
+    job: Job,
+    identity: CheckIdentity,
+    rec: Recorder,
+    attempt: Attempt,
+) -> JsonValue:
+    """A fresh request built only from the manifest entry, the job and this attempt."""
+    command = entry.producer if role is Role.PRODUCER else entry.checker
+    places = attempt.placeholders(command, role)
+    checker = role is Role.CHECKER
+    return {
+        "request_schema_version": REQUEST_SCHEMA_VERSION,
+        "role": role.value,
+        "mode": kind.value,
+        "run_id": rec.run_id,
+        "replay_of": rec.replay_of,
+        "job_id": job.job_id,
+        "job_digest": job.job_digest,
+        "job": unstructure(job),
+        "check_id": entry.check_id,
+        "check_digest": identity.check_digest,
+        "identity": identity.identity,
+        "claim": unstructure(entry.claim),
+        "specification_digest": rec.specification_digest,
+        "assurance": entry.assurance,
+        "inputs": unstructure(rec.inputs),
+        "input_digest": rec.input_digest,
+        "evidence_artifacts": list(entry.evidence_artifacts),
+        "evidence": unstructure(rec.artifacts) if checker else None,
+        "evidence_digest": rec.evidence_digest if checker else None,
+        "receipt_schema_version": 1,
+        "containment": rec.containment.value if rec.containment is not None else None,
+        "paths": {
+            name: places[name] for name in ("run_dir", "snapshot", "evidence", "request", "receipt")
+        },
+    }
+
+
+def check_phase(
+    kind: RunKind,
+    entry: CheckEntry,
+    job: Job,
+    identity: CheckIdentity,
+    rec: Recorder,
+    attempt: Attempt,
+    *,
+    limits: RunLimits,
+    environment: Mapping[str, str],
+    cancel: threading.Event | None,
+    progress: Progress | None,
+    containment: ContainmentLevel,
+) -> Verdict:
+    """Seed 003 steps 4-6: fresh request, checker run, post-run checks, receipt."""
+    directory = attempt.role_dir(Role.CHECKER)
+    try:
+        directory.mkdir()
+    except FileExistsError as exc:
+        raise Block(Reason.RUN_DIR_TAMPERED, "checker/ existed before the checker ran") from exc
+    request = write_json_atomic(
+        directory / "request.json",
+        request_object(Role.CHECKER, kind, entry, job, identity, rec, attempt),
+    )
+    rec.checker_request_sha256 = sha256_hex(request)
+    if progress is not None:
+        progress(Stage.CHECKER_LAUNCH)
+    try:
+        rec.checker = launch(
+            Role.CHECKER,
+            entry,
+            attempt,
+            timeout_seconds=limits.checker_timeout_seconds,
+            limits=limits,
+            environment=environment,
+            cancel=cancel,
+            containment=containment,
+            # In a run the producer ran since the identity was built: every pin
+            # again. In a replay the identity was just built from the same pins.
+            recheck=all_pins(entry) if kind is RunKind.RUN else entry.checker.pins(),
+        )
+    except Block as block:
+        rec.checker = block.summary
+        if block.reason is Reason.CHECKER_FAILED:
+            _retain_receipt_digest(directory / "receipt.json", rec, limits)
+        raise
+    if progress is not None:
+        progress(Stage.CHECKER_EXITED)
+    recheck_pins(entry.checker.pins(), Reason.PIN_CHANGED_DURING_RUN, "after the checker exited")
+    verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the checker")
+    try:
+        after = hash_evidence(attempt.evidence, entry.evidence_artifacts)
+    except Block as block:
+        raise Block(Reason.EVIDENCE_CHANGED, f"after the checker: {block.detail}") from block
+    if after != rec.artifacts:
+        raise Block(Reason.EVIDENCE_CHANGED, "evidence changed while the checker ran")
+    data = _read_receipt(directory / "receipt.json", limits)
+    rec.receipt_sha256 = sha256_hex(data)
+    assert rec.specification_digest is not None and rec.evidence_digest is not None
+    checked = validate_receipt(
+        data,
+        ReceiptExpectation(
+            job_id=job.job_id,
+            run_id=rec.run_id,
+            check_id=entry.check_id,
+            check_digest=identity.check_digest,
+            specification_digest=rec.specification_digest,
+            identity_canonical=identity.canonical,
+            evidence_digest=rec.evidence_digest,
+            obligations=entry.claim.obligations,
+            artifacts=entry.evidence_artifacts,
+        ),
+        max_bytes=limits.receipt_limit_bytes,
+    )
+    if checked.reason is not None:
+        raise Block(checked.reason, checked.detail)
+    assert checked.verdict is not None
+    rec.verdict = checked.verdict
+    if checked.verdict is Verdict.REJECTED:
+        raise Block(Reason.CHECKER_REJECTED, "the checker rejected the evidence (inconclusive)")
+    if checked.verdict is Verdict.UNKNOWN:
+        raise Block(Reason.CHECKER_UNKNOWN, "the checker answered unknown (inconclusive)")
+    return checked.verdict
+
+
+def _retain_receipt_digest(path: Path, rec: Recorder, limits: RunLimits) -> None:
+    # Retained for the record only; a failed checker's receipt is never validated.
+    with contextlib.suppress(OSError):
+        rec.receipt_sha256 = sha256_hex(read_capped(path, limits.receipt_limit_bytes))
+
+
+def _read_receipt(path: Path, limits: RunLimits) -> bytes:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError as exc:
+        raise Block(Reason.RECEIPT_MISSING, "the checker exited 0 without a receipt") from exc
+    if not stat.S_ISREG(mode):
+        raise Block(Reason.RECEIPT_NOT_REGULAR, "the receipt is not a regular file")
+    return read_capped(path, limits.receipt_limit_bytes)
+
+
+def finish(rec: Recorder, attempt: Attempt, body: Callable[[], None]) -> RunOutcome:
+    """Run ``body``; turn a block or an I/O failure into BLOCKED; write metadata last."""
+    try:
+        body()
+    except Block as block:
+        metadata = rec.freeze(Status.BLOCKED, block.reason, block.detail)
+    except OSError as exc:
+        metadata = rec.freeze(Status.BLOCKED, Reason.IO_ERROR, f"{exc.filename or ''}: {exc}")
+    else:
+        metadata = rec.freeze(Status.PASS, None, "accepted by a valid receipt")
+    try:
+        write_atomic(attempt.root / "metadata.json", dumps(metadata) + b"\n", durable=True)
+    except OSError as exc:
+        raise RunDirectoryError("metadata_unwritable", f"{attempt.root}: {exc}") from exc
+    return RunOutcome(str(attempt.root), metadata)

@@ -1,0 +1,246 @@
+"""Facts about a run that validation needs, and the deep re-validation of records.
+
+Rules:
+
+- ``RunFacts`` is what validation needs to know about one run: whether its
+  records are valid, whether it lies in the identity domain, its recomputed
+  id, and whether every attempt reproduces its id, position, run and input.
+- Facts are computed once per batch (``examine_run``) and passed explicitly
+  to every attempt of that run; nothing is memoised by value. Values that
+  compare equal are not the same input (``True == 1``; a ``__hash__`` may
+  raise anything), so a value-keyed cache over untrusted input could serve
+  one run's facts to another (ADR 0011).
+- Facts apply to the very run object they examined (``facts.run is
+  request.run``) and only when ``examine_run`` built them; anything else is
+  ignored and the run is examined afresh, so a stale or forged ``RunFacts``
+  can cost time but never change an outcome.
+- The same holds for the upstream records a batch shares (frame,
+  assessment, residuals, gate, budget): ``RecordFacts`` of each is examined
+  once and applies only to the very object examined.
+- ``validate_deep`` re-runs every attrs validator of a record and of the
+  records it holds, so a frozen value altered behind attrs' back
+  (``object.__setattr__``) is caught when it is validated, not only when built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final, cast, final
+
+import attrs
+
+from kernel.frames import ProblemFrame
+from kernel.identity import IdentityError, check_domain
+from kernel.replay._records import ReplayAdapterInput, ReplayRequest
+from kernel.upstream import (
+    CandidateAttempt,
+    CandidateReconstruction,
+    ComputeBudgetDecision,
+    ContractAssessment,
+    ContractResidual,
+    GeometricSearchRun,
+    SearchGateDecision,
+    attempt_id_of,
+    run_id_of,
+)
+
+__all__ = [
+    "RecordFacts",
+    "RunFacts",
+    "canonical_payloads",
+    "examine_run",
+    "facts_apply",
+    "facts_for",
+    "validate_deep",
+]
+
+# Only facts built by ``examine_run`` carry this mark.
+_EXAMINED: Final = object()
+
+
+@final
+@attrs.frozen(eq=False)
+class RecordFacts:
+    """Whether one record (or a tuple of records) is valid and in the identity domain."""
+
+    record: object
+    structure_error: str | None
+    canonical_error: str | None
+
+
+def examine_record(record: object) -> RecordFacts:
+    """Re-run every invariant of ``record`` (each item, for a tuple), then its domain check."""
+    items = record if type(record) is tuple else (record,)
+    try:
+        for item in items:
+            validate_deep(item)
+    except (TypeError, ValueError) as exc:
+        return RecordFacts(record, str(exc), None)
+    try:
+        for item in items:
+            canonical_payloads(item)
+    except IdentityError as exc:
+        return RecordFacts(record, None, str(exc))
+    return RecordFacts(record, None, None)
+
+
+@final
+@attrs.frozen(eq=False)
+class RunFacts:
+    """What validation needs to know about ``run``, computed once by ``examine_run``.
+
+    Compared by identity, never by value; build it with ``examine_run`` only.
+    """
+
+    run: GeometricSearchRun
+    structure_error: str | None
+    canonical_error: str | None
+    run_id: str | None
+    attempts_consistent: bool
+    _mark: object = attrs.field(default=None, repr=False)
+    shared: tuple[RecordFacts, ...] = ()
+
+    def record(self, record: object) -> RecordFacts:
+        """The facts of ``record``: examined with the batch if it is that very object."""
+        for known in self.shared:
+            if known.record is record:
+                return known
+        return examine_record(record)
+
+
+def facts_apply(facts: object, run: object) -> bool:
+    """Whether ``facts`` were built by ``examine_run`` for this very ``run`` object."""
+    return type(facts) is RunFacts and facts._mark is _EXAMINED and facts.run is run
+
+
+_Plan = tuple[tuple["attrs.Attribute[Any]", ...], Callable[[Any], None] | None]
+# Per record class (the kernel's own classes, never a value): its fields and
+# its cross-field invariant. Classes whose metaclass is not ``type`` are
+# walked without a plan, so no foreign __hash__ or __eq__ runs here.
+_PLANS: Final[dict[type, _Plan]] = {}
+_LEAVES: Final = frozenset({str, int, bool, type(None)})
+
+
+def _plan(kind: type) -> _Plan | None:
+    plan = _PLANS.get(kind) if type(kind) is type else None
+    if plan is None and attrs.has(kind):
+        plan = (tuple(attrs.fields(kind)), getattr(kind, "__attrs_post_init__", None))
+        if type(kind) is type:
+            _PLANS[kind] = plan
+    return plan
+
+
+def validate_deep(value: object) -> None:
+    """Re-run every invariant of ``value`` and of everything it holds; raises on failure.
+
+    Field validators (as ``attrs.validate``, whatever attrs' global switch
+    says) and the cross-field invariants that records state in
+    ``__attrs_post_init__`` (exactly one of frame and delta, spans inside
+    their source text, ...): in this kernel that hook only checks and never
+    assigns, so re-running it on a built value is safe. Fields are checked
+    before the values they hold, as ``attrs.validate`` then recursion would.
+    """
+    kind = type(value)
+    if kind in _LEAVES:
+        return
+    if kind is tuple:
+        for item in cast("tuple[object, ...]", value):
+            validate_deep(item)
+        return
+    plan = _plan(kind)
+    if plan is None:
+        return
+    fields, invariants = plan
+    items = [getattr(value, field.name) for field in fields]
+    for field, item in zip(fields, items, strict=True):
+        if field.validator is not None:
+            field.validator(value, field, item)
+    if invariants is not None:
+        invariants(value)
+    for item in items:
+        validate_deep(item)
+
+
+def canonical_payloads(record: object) -> None:
+    """Raise ``IdentityError`` unless every payload ``record`` digests lies in the domain.
+
+    The domain check alone (no encoding, no hash): it raises exactly what the
+    digest of the same payload would, and the digests follow in the guards.
+    """
+    if isinstance(record, ProblemFrame):
+        check_domain(record.payload())
+    elif isinstance(record, CandidateReconstruction):
+        check_domain(record.payload())
+        if record.candidate_problem_frame is not None:
+            check_domain(record.candidate_problem_frame.payload())
+        if record.frame_delta is not None:
+            check_domain(record.frame_delta.payload())
+    elif isinstance(
+        record,
+        ReplayAdapterInput
+        | ContractAssessment
+        | ContractResidual
+        | SearchGateDecision
+        | ComputeBudgetDecision
+        | CandidateAttempt,
+    ):
+        check_domain(record.payload())
+
+
+def examine_run(run: GeometricSearchRun, *, shared: Sequence[object] = ()) -> RunFacts:
+    """Examine ``run`` once for a whole batch of its attempts (O(run)).
+
+    Pass the result as ``facts=`` to ``begin_attempt``/``replay_attempt`` for
+    every attempt of this run object; classifying n attempts then costs
+    O(run + n) instead of O(run x n). ``shared`` names the upstream records
+    (or the residuals tuple) the batch's requests hold in common; each is
+    examined here once. Never raises for a bad run or record: defects are
+    recorded and become each attempt's refusal.
+    """
+    records = tuple(examine_record(record) for record in shared)
+    try:
+        validate_deep(run)
+    except (TypeError, ValueError) as exc:
+        return RunFacts(run, str(exc), None, None, False, _EXAMINED, records)
+    try:
+        run_id = run_id_of(run)
+    except IdentityError as exc:
+        return RunFacts(run, None, str(exc), None, False, _EXAMINED, records)
+    # The run id covers each attempt's content but not the derived attempt
+    # ids, so every attempt in the run is checked too: a run carrying one
+    # forged sibling attempt is not the immutable run the search recorded.
+    consistent = all(
+        a.attempt_index == position
+        and a.run_id == run.run_id
+        and a.input_digest == run.input_digest
+        and attempt_id_of(a) == a.attempt_id
+        for position, a in enumerate(run.candidate_attempts)
+    )
+    return RunFacts(run, None, None, run_id, consistent, _EXAMINED, records)
+
+
+def facts_for(request: object, known: RunFacts | None = None) -> RunFacts | None:
+    """The facts to pass with ``request`` in a batch: ``known`` if they apply to its run.
+
+    Otherwise the run of ``request`` is examined now (when ``request`` is a
+    ``ReplayRequest`` holding a real ``GeometricSearchRun``), else ``None``
+    (validation then refuses the request on its own). A batch whose attempts
+    share one run object therefore examines it once.
+    """
+    if type(request) is not ReplayRequest:
+        return None
+    run: object = request.run
+    if known is not None and facts_apply(known, run):
+        return known
+    if type(run) is not GeometricSearchRun:
+        return None
+    return examine_run(
+        run,
+        shared=(
+            request.problem_frame,
+            request.assessment,
+            request.gate,
+            request.budget,
+            request.residuals,
+        ),
+    )

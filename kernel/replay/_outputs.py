@@ -1,0 +1,147 @@
+"""Authority-output guards: what an authority returned is judged before it is trusted.
+
+Rules (ADR-0229 §9, §10, §16; ADR 0011 for the guard style):
+
+- Each guard calls at most one authority, once, and returns its output only
+  when it is exactly the expected record, valid, in the identity domain,
+  bound to this candidate and obligation, signed by the authority that was
+  asked, and self-consistent; otherwise a ``Rejection``.
+- An exception from an authority is caught here and becomes a rejection
+  (adapter failure), never a verdict and never a traceback.
+"""
+
+from __future__ import annotations
+
+from kernel.frames import ProblemFrame, frame_digest
+from kernel.identity import check_domain
+from kernel.replay._authority import (
+    ContractAuthority,
+    ProofAuthority,
+    ProofContext,
+    ProofEvidence,
+    ProofOutcome,
+    proof_outcome_id_of,
+)
+from kernel.replay._facts import validate_deep
+from kernel.replay._reasons import ReasonCode, Rejection
+from kernel.upstream import ContractAssessment, assessment_id_of
+
+__all__ = ["contract_outcome_of", "evidence_admissible", "proof_outcome_of"]
+
+R = ReasonCode
+
+
+def contract_outcome_of(
+    authority: ContractAuthority, frame: ProblemFrame, organ: str
+) -> ContractAssessment | Rejection:
+    """§9: run the contract authority once over ``frame`` and judge what it returned."""
+    try:
+        outcome: object = authority.assess(frame)
+    except Exception as exc:  # any failure of the authority is adapter failure (§8)
+        return Rejection(
+            R.CONTRACT_AUTHORITY_RAISED, f"{authority.target} raised {type(exc).__name__}: {exc}"
+        )
+    if type(outcome) is not ContractAssessment:
+        return Rejection(
+            R.CONTRACT_OUTCOME_MALFORMED,
+            f"{authority.target} returned {type(outcome).__name__}, not a ContractAssessment",
+        )
+    try:
+        validate_deep(outcome)
+        # The explanation is outside the identity but may be quoted in the
+        # sealed outcome: it too must lie in the domain (no lone surrogate).
+        check_domain([outcome.payload(), outcome.explanation])
+    except (TypeError, ValueError) as exc:  # IdentityError is a ValueError
+        return Rejection(R.CONTRACT_OUTCOME_MALFORMED, str(exc))
+    if outcome.candidate_organ != organ:
+        return Rejection(
+            R.CONTRACT_OUTCOME_WRONG_ORGAN,
+            f"{authority.target} assessed organ {outcome.candidate_organ!r}, not {organ!r}",
+        )
+    if outcome.problem_frame_digest != frame_digest(frame):
+        return Rejection(
+            R.CONTRACT_OUTCOME_NOT_BOUND,
+            f"{authority.target} assessed another frame than the candidate",
+        )
+    if assessment_id_of(outcome) != outcome.assessment_id:
+        return Rejection(
+            R.CONTRACT_OUTCOME_ID_INVALID,
+            f"{authority.target} returned an assessment whose id does not reproduce",
+        )
+    # A runnable verdict that still lists blockers contradicts itself; it is
+    # the authority failing, not a closure (and not a refusal to trust either).
+    if outcome.runnable and (outcome.missing_bindings or outcome.unresolved_hazards):
+        return Rejection(
+            R.CONTRACT_OUTCOME_INCONSISTENT,
+            f"{authority.target} called the candidate runnable while listing blockers",
+        )
+    return outcome
+
+
+def evidence_admissible(
+    evidence: object, refs: tuple[str, ...]
+) -> tuple[ProofEvidence, ...] | Rejection:
+    """§10: gathered evidence is well typed and names only declared obligations."""
+    if not (
+        isinstance(evidence, tuple | list) and all(type(item) is ProofEvidence for item in evidence)
+    ):
+        return Rejection(R.PROOF_EVIDENCE_MALFORMED, "evidence must be a sequence of ProofEvidence")
+    items: tuple[ProofEvidence, ...] = tuple(evidence)
+    try:
+        for item in items:
+            validate_deep(item)
+    except (TypeError, ValueError) as exc:
+        return Rejection(R.PROOF_EVIDENCE_MALFORMED, str(exc))
+    # Evidence for an obligation the policy does not declare is a wiring
+    # error upstream; it is refused rather than silently dropped.
+    stray = sorted({item.obligation_ref for item in items} - set(refs))
+    if stray:
+        return Rejection(
+            R.PROOF_EVIDENCE_UNEXPECTED, f"evidence names undeclared obligations {stray}"
+        )
+    return items
+
+
+def proof_outcome_of(
+    authority: ProofAuthority, context: ProofContext, ref: str, candidate_digest: str
+) -> ProofOutcome | Rejection:
+    """§10: run one proof authority over ``context`` and judge what it returned.
+
+    ``ref`` and ``candidate_digest`` are passed apart from the context, so an
+    authority that alters its context cannot move what it is judged against.
+    """
+    label = f"{authority.authority_id}@{authority.authority_version} for {ref!r}"
+    try:
+        outcome: object = authority.prove(context)
+    except Exception as exc:  # any failure of the authority is adapter failure (§10)
+        return Rejection(R.PROOF_AUTHORITY_RAISED, f"{label} raised {type(exc).__name__}: {exc}")
+    if type(outcome) is not ProofOutcome:
+        return Rejection(
+            R.PROOF_OUTCOME_MALFORMED,
+            f"{label} returned {type(outcome).__name__}, not a ProofOutcome",
+        )
+    try:
+        validate_deep(outcome)
+        # The explanation is outside the identity but may be quoted in the
+        # sealed outcome: it too must lie in the domain (no lone surrogate).
+        check_domain([outcome.payload(), outcome.explanation])
+    except (TypeError, ValueError) as exc:  # IdentityError is a ValueError
+        return Rejection(R.PROOF_OUTCOME_MALFORMED, str(exc))
+    if not (outcome.obligation_ref == ref and outcome.candidate_digest == candidate_digest):
+        return Rejection(
+            R.PROOF_OUTCOME_NOT_BOUND,
+            f"{label} returned an outcome for another obligation or candidate",
+        )
+    if (outcome.authority_id, outcome.authority_version) != (
+        authority.authority_id,
+        authority.authority_version,
+    ):
+        return Rejection(
+            R.PROOF_OUTCOME_WRONG_AUTHORITY,
+            f"{label} returned an outcome signed by another authority",
+        )
+    if proof_outcome_id_of(outcome) != outcome.proof_outcome_id:
+        return Rejection(
+            R.PROOF_OUTCOME_ID_INVALID, f"{label} returned an outcome whose id does not reproduce"
+        )
+    return outcome
