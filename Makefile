@@ -112,3 +112,15 @@ bench: $(STAMP)  ## interleaved benchmarks: canonical_json, strict parse, replay
 bench-drat: $(STAMP)  ## the DRAT checker against dratify's pure-Python engine (ratios, ~10 min)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench --drat
+
+# Mutation testing (issue 12.6, RELIABILITY.md): mutmut 3 over kernel/replay,
+# kernel/verification and kernel/external/_receipt.py, configured in
+# pyproject.toml [tool.mutmut] (which tests run for which module). Mutants and
+# results live in mutants/ (ignored); a rerun retests only what changed.
+# MUTATE_CHILDREN bounds the parallel test processes (default: 2 cores).
+MUTATE_CHILDREN ?= 2
+.PHONY: mutate
+mutate: $(STAMP)  ## mutation testing with mutmut (figures in RELIABILITY.md; ~1 h on 2 cores)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[mutate]'
+	$(BIN)/mutmut run --max-children $(MUTATE_CHILDREN)
+	$(BIN)/python tests/mutation_report.py
