@@ -53,11 +53,15 @@ demo: $(STAMP)  ## the reference scenario and the main job (kernel run), end to 
 	$(BIN)/python examples/build_example_chain.py --check
 	$(BIN)/kernel digest examples/replay/chain.json
 	mkdir -p out
-	$(BIN)/kernel replay examples/replay/bundle.json --out out/outcomes.jsonl
+	# Each example holds one tampered attempt on purpose: the verdict is
+	# integrity (exit 3, README "Exit codes"); any other exit fails the demo.
+	$(BIN)/kernel replay examples/replay/bundle.json --out out/outcomes.jsonl; \
+	  test $$? -eq 3
 	@echo "outcomes (JSON Lines, run order): out/outcomes.jsonl"
 	$(BIN)/python examples/build_e2e_bundle.py --check
 	rm -rf runs/e2e  # kernel run refuses a non-empty work directory: start fresh
-	$(BIN)/kernel run examples/e2e/bundle.json --work-dir runs/e2e --out out/e2e-outcomes.jsonl
+	$(BIN)/kernel run examples/e2e/bundle.json --work-dir runs/e2e --out out/e2e-outcomes.jsonl; \
+	  test $$? -eq 3
 	@echo "main job outcomes (JSON Lines, run order): out/e2e-outcomes.jsonl; certification runs: runs/e2e/"
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep"; the checker tests widen their corpora)
@@ -105,13 +109,20 @@ examples-external: $(STAMP)  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -
 # Side-by-side benchmarks (bench/): variants interleaved over many rounds,
 # reported as ratios with their spread; results are kept in BENCHMARKS.md.
 .PHONY: bench
-bench: $(STAMP)  ## interleaved benchmarks: canonical_json, strict parse, replay (ratios, ~1-2 min)
+bench: $(STAMP)  ## interleaved benchmarks: canonical_json, strict parse, replay, start-up (ratios, ~1-2 min)
 	$(BIN)/python -m bench
 
 .PHONY: bench-drat
 bench-drat: $(STAMP)  ## the DRAT checker against dratify's pure-Python engine (ratios, ~10 min)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench --drat
+
+# Runs of any size through the command line (bench/_stream.py): kernel bundle
+# --layout stream, then kernel replay, per size; CPU, peak RSS, ratios.
+SCALE_SIZES ?= 1000 10000 100000
+.PHONY: scale
+scale: $(STAMP)  ## kernel bundle + kernel replay on bundle streams of SCALE_SIZES attempts
+	$(BIN)/python -m bench._stream $(SCALE_SIZES)
 
 # Mutation testing (issue 12.6, RELIABILITY.md): mutmut 3 over kernel/replay,
 # kernel/verification and kernel/external/_receipt.py, configured in

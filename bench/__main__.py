@@ -28,6 +28,7 @@ from bench._harness import Ratio, measure
 from bench._replay_split import comparison as split_comparison
 from bench._replay_split import hash_floor, scaling
 from bench._replay_split import summary as split_summary
+from bench._startup import comparisons as startup_comparisons
 from bench._validate import census
 from bench._validate import comparison as validate_comparison
 
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         *canonical_comparisons(),
         validate_comparison(corpus, found),
         split_comparison(corpus, floor),
+        *startup_comparisons(),
     )
 
     table = Table(title="ratios: baseline time / variant time per round (> 1: variant faster)")

@@ -1,44 +1,201 @@
-"""The ``kernel`` command line: one typer app assembling each command group.
+"""The ``kernel`` command line: a lazy registry of commands, one module each.
 
-Exit codes shared by every command (a group may add its own, documented in
-its ``--help``):
+Registering a command is one line in ``COMMANDS``: its name, the module that
+implements it, and the one-line help ``kernel --help`` shows. The module
+either defines ``register(app: typer.Typer)`` (adding one command named like
+the entry) or ``app`` (a ``typer.Typer`` group, e.g. ``verify``, ``check``).
+A module is imported only when its command runs (or its own ``--help`` is
+asked for), so ``kernel --version`` and ``kernel --help`` import neither the
+command modules nor rich nor Dask (start-up: BENCHMARKS.md, adr/0013).
 
-- 0: the command did what it says;
-- 1: the command ran, and its verdict is negative (refusal, BLOCKED, ...);
-- 2: usage error or input refused at the boundary (malformed, hostile, ...).
+Exit codes shared by every command (README "Exit codes", adr/0013):
+
+- 0: the input was intact and the requested policy holds;
+- 1: the command ran and its verdict is negative (``--fail-on``, BLOCKED, ...);
+- 2: usage error or input refused at the boundary, as one line
+  ``error: <code>: <message>`` on stderr, never a traceback;
+- 3: integrity: the input is not what was recorded (identity mismatch);
+- 130 / 143: interrupted by SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
 
-import typer
+import sys
+from typing import TYPE_CHECKING, Any, Final
 
-from kernel.commands import attest, audit, bundle, check, digest, replay, run, schema, verify
+if TYPE_CHECKING:
+    import typer
 
-app = typer.Typer(
-    name="kernel",
-    help=(
-        "replay-kernel: fail-closed candidate replay and verification.\n\n"
-        "Exit codes: 0 success; 1 negative verdict (refusal, BLOCKED); "
-        "2 usage error or input refused at the boundary."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+    app: typer.Typer  # built on first access by the module __getattr__ below
+
+__all__ = ["COMMANDS", "main"]  # and ``app``, built on first access (module __getattr__)
+
+#: name -> (module, one-line help). Add a command here (the module holds the rest).
+COMMANDS: Final[dict[str, tuple[str, str]]] = {
+    "attest": ("kernel.commands.attest",
+               "Sign a stored run's outcomes: an in-toto Statement in a DSSE envelope (Ed25519)."),
+    "attest-keygen": ("kernel.commands.attest", "Write a new Ed25519 key pair for kernel attest."),
+    "audit": ("kernel.commands.audit",
+              "Recompute every id of a stored run offline; verify its attestation."),
+    "bundle": ("kernel.commands.bundle", "Seal a search draft into a replay bundle."),
+    "check": ("kernel.commands.check",
+              "Pinned external producer/checker runs and checker-only replay (seed 003)."),
+    "digest": ("kernel.commands.digest",
+               "Recompute and print the identity of every record in a chain or bundle."),
+    "replay": ("kernel.commands.replay",
+               "Classify every attempt of a bundle, in run order (ADR-0229)."),
+    "run": ("kernel.commands.run",
+            "Run the main job: replay every attempt and certify targets with z3 -> cvc5."),
+    "schema": ("kernel.commands.schema",
+               "Print or write the JSON Schemas (draft 2020-12) of the kernel's documents."),
+    "verify": ("kernel.commands.verify",
+               "Plan, seal and gate deterministic verification (seed 000)."),
+}
+
+_HELP: Final = (
+    "replay-kernel: fail-closed candidate replay and verification.\n\n"
+    "Exit codes: 0 intact and the policy holds; 1 negative verdict (--fail-on, BLOCKED); "
+    "2 usage error or input refused at the boundary; 3 integrity (the input is not what "
+    "was recorded); 130/143 interrupted (SIGINT/SIGTERM).\n\n"
+    "Shell completion: kernel --install-completion, or kernel --show-completion SHELL "
+    "(bash, zsh, fish, powershell) to print the script."
 )
-digest.register(app)
-bundle.register(app)
-replay.register(app)
-run.register(app)
-audit.register(app)
-attest.register(app)
-schema.register(app)
-app.add_typer(verify.app)
-app.add_typer(check.app)
+_VERSION_FLAGS: Final = (["--version"], ["-V"])
+
+
+def _version() -> str:
+    from kernel import __version__
+
+    return f"kernel {__version__}"
+
+
+def _build_app() -> typer.Typer:
+    import importlib
+
+    import typer
+
+    # typer (>= 0.26) vendors click as typer._click: its exceptions are the
+    # ones raised, so they are the ones caught here.
+    from typer import _click as click
+    from typer._click import exceptions as click_errors
+    from typer.core import TyperGroup
+
+    def _usage_code(exc: click_errors.UsageError) -> str:
+        match exc:
+            case click_errors.NoSuchOption():
+                return "unknown_option"
+            case click_errors.MissingParameter():
+                return "missing_parameter"
+            case click_errors.BadParameter():
+                return "invalid_value"
+            case click_errors.BadOptionUsage():
+                return "bad_option_usage"
+            case _:
+                return "usage_error"
+
+    def _short_help_everywhere(command: click.Command) -> None:
+        command.context_settings.setdefault("help_option_names", ["-h", "--help"])
+        for sub in getattr(command, "commands", {}).values():
+            _short_help_everywhere(sub)
+
+    class LazyGroup(TyperGroup):
+        """Commands from ``COMMANDS``, imported on first use; errors in one line."""
+
+        def list_commands(self, ctx: click.Context) -> list[str]:
+            return sorted(COMMANDS)
+
+        def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+            if cmd_name not in COMMANDS:
+                return None
+            module = importlib.import_module(COMMANDS[cmd_name][0])
+            group = getattr(module, "app", None)
+            if isinstance(group, typer.Typer):
+                command = typer.main.get_command(group)
+            else:
+                holder = typer.Typer(rich_markup_mode=None)
+                module.register(holder)
+                command = typer.main.get_group(holder).commands[cmd_name]
+            _short_help_everywhere(command)
+            return command
+
+        def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+            # The table's own help: listing commands must not import them.
+            rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+        def main(self, *args: Any, **kwargs: Any) -> Any:
+            standalone = kwargs.pop("standalone_mode", True)
+            kwargs["standalone_mode"] = False  # errors are printed here, in one line
+            try:
+                value = super().main(*args, **kwargs)
+                code = value if isinstance(value, int) else 0
+            except click_errors.UsageError as exc:
+                message = " ".join(exc.format_message().split())
+                click.echo(f"error: {_usage_code(exc)}: {message}", err=True)
+                code = 2
+            except typer.Abort:  # end of input at a prompt
+                click.echo("error: aborted: end of input", err=True)
+                code = 130
+            except click_errors.ClickException as exc:
+                click.echo(f"error: {type(exc).__name__.lower()}: {exc.format_message()}",
+                           err=True)
+                code = exc.exit_code
+            except KeyboardInterrupt:
+                click.echo("error: interrupted: SIGINT", err=True)
+                code = 130
+            if standalone:
+                sys.exit(code)
+            return code
+
+    app = typer.Typer(
+        name="kernel",
+        help=_HELP,
+        cls=LazyGroup,
+        no_args_is_help=True,
+        add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|...]
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    def _print_version(value: bool) -> None:
+        if value:
+            typer.echo(_version())
+            raise typer.Exit()
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", "-V", callback=_print_version, is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ) -> None:
+        """replay-kernel: fail-closed candidate replay and verification."""
+
+    return app
+
+
+def __getattr__(name: str) -> object:
+    # ``kernel.cli.app`` (the typer app, for tests and embedding) is built on
+    # first use so that importing this module stays cheap.
+    if name == "app":
+        app = _build_app()
+        globals()["app"] = app
+        return app
+    raise AttributeError(name)
 
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    if sys.argv[1:] in _VERSION_FLAGS:  # answered before typer, click or rich is imported
+        print(_version())
+        return
+    import typer
+
+    app = __getattr__("app")
+    assert isinstance(app, typer.Typer)
+    typer.main.get_command(app).main(prog_name="kernel")
 
 
 if __name__ == "__main__":

@@ -61,9 +61,10 @@ def test_a_draft_seals_into_a_bundle_whose_ids_all_reproduce(tmp_path: Path,
 def test_a_sealed_draft_replays_to_each_semantic_disposition(tmp_path: Path) -> None:
     out = tmp_path / "bundle.json"
     assert runner.invoke(app, ["bundle", str(DRAFT), "--out", str(out)]).exit_code == 0
-    replay = runner.invoke(app, ["replay", str(out), "--quiet"])
+    replay = runner.invoke(app, ["replay", str(out), "--quiet", "--format", "jsonl"])
     assert replay.exit_code == 0
-    assert [json.loads(line)["replay_disposition"] for line in replay.stdout.splitlines()] == [
+    lines = replay.stdout.splitlines()
+    assert [json.loads(line)["outcome"]["replay_disposition"] for line in lines] == [
         "contract_and_proof_closed", "contract_refused", "contract_closed_but_proof_refused",
         "contract_and_proof_closed",
     ]
@@ -139,7 +140,7 @@ def test_the_python_snippets_in_the_integration_guide_run(tmp_path: Path,
     assert runner.invoke(app, ["bundle", str(DRAFT), "--out", str(bundle)]).exit_code == 0
     replay = runner.invoke(app, ["replay", str(ROOT / "examples" / "replay" / "bundle.json"),
                                  "--quiet", "--out", str(tmp_path / "outcomes.jsonl")])
-    assert replay.exit_code == 0
+    assert replay.exit_code == 3  # the example's tampered attempt: integrity
     monkeypatch.chdir(tmp_path)
     for snippet in snippets:
         exec(compile(snippet, "docs/integrating.md", "exec"), {})

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from kernel.cli import app
 from kernel.replay import ReplayAdapterRefusal, ReplayAdapterResult
 from kernel.serde import loads
+from tests import reference as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "replay"
@@ -34,13 +35,13 @@ def test_digest_reproduces_every_id_of_the_example_chain() -> None:
     assert len(rows) > 20 and all(row["ok"] for row in rows)
 
 
-def test_digest_reports_a_forged_id_with_exit_1(tmp_path: Path) -> None:
+def test_digest_reports_a_forged_id_with_exit_3(tmp_path: Path) -> None:
     doc = json.loads((EXAMPLES / "chain.json").read_text())
     doc["gate"]["gate_decision_id"] = "0" * 64
     forged = tmp_path / "chain.json"
     forged.write_text(json.dumps(doc))
     result = runner.invoke(app, ["digest", str(forged)])
-    assert result.exit_code == 1
+    assert result.exit_code == 3  # integrity
     assert "MISMATCH" in result.stdout and " gate" in result.stdout
 
 
@@ -76,20 +77,27 @@ def test_a_missing_file_is_refused_with_exit_2(tmp_path: Path) -> None:
 def test_replay_emits_one_canonical_outcome_per_attempt_in_run_order(tmp_path: Path) -> None:
     out = tmp_path / "outcomes.jsonl"
     result = runner.invoke(app, ["replay", str(EXAMPLES / "bundle.json"), "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    # The example holds one tampered attempt on purpose: integrity, exit 3.
+    assert result.exit_code == 3, result.output
     lines = out.read_bytes().splitlines()
     bundle = json.loads((EXAMPLES / "bundle.json").read_text())
-    assert len(lines) == len(bundle["inputs"]) == 8
+    attempts = bundle["chain"]["run"]["candidate_attempts"]
+    assert len(lines) == len(bundle["inputs"]) == len(attempts) == 8
     dispositions = []
-    for line, replay_input in zip(lines, bundle["inputs"], strict=True):
-        record = json.loads(line)
+    for index, (line, replay_input) in enumerate(zip(lines, bundle["inputs"], strict=True)):
+        envelope = json.loads(line)
         # canonical: re-encoding with the ADR's settings gives the same bytes
-        assert json.dumps(record, ensure_ascii=False, sort_keys=True,
+        assert json.dumps(envelope, ensure_ascii=False, sort_keys=True,
                           separators=(",", ":")).encode() == line
+        assert set(envelope) == {"attempt_id", "attempt_index", "outcome"}
+        assert envelope["attempt_index"] == index
+        assert envelope["attempt_id"] == attempts[index]["attempt_id"]
+        record = envelope["outcome"]
         kind = ReplayAdapterResult if "replay_result_id" in record else ReplayAdapterRefusal
-        loads(line, kind)
-        if kind is ReplayAdapterResult:
+        outcome = loads(json.dumps(record).encode(), kind)
+        if isinstance(outcome, ReplayAdapterResult):
             assert record["attempt_id"] == replay_input["attempt_id"]
+            assert outcome.replay_result_id == ref.result_id(outcome)
         dispositions.append(record["replay_disposition"])
     assert dispositions == [
         "contract_and_proof_closed", "contract_refused", "contract_closed_but_proof_refused",
@@ -97,21 +105,18 @@ def test_replay_emits_one_canonical_outcome_per_attempt_in_run_order(tmp_path: P
         "unsupported_proof_obligation", "contract_replay_unavailable",
         "candidate_identity_mismatch",
     ]
-    assert "replay outcomes" in result.stderr
+    assert result.stdout.startswith("8 attempts (run order)\n")
+    assert result.stderr.startswith("verdict: FAIL integrity (exit 3): 8 attempts")
 
 
 def test_replay_to_stdout_equals_the_file_and_is_deterministic(tmp_path: Path) -> None:
-    first = runner.invoke(app, ["replay", str(EXAMPLES / "bundle.json"), "--quiet"])
-    second = runner.invoke(app, ["replay", str(EXAMPLES / "bundle.json"), "--quiet"])
-    assert first.exit_code == second.exit_code == 0
-    assert first.stdout == second.stdout
-    assert first.stderr == ""
-
-
-def test_fail_on_refusal_exits_1(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["replay", str(EXAMPLES / "bundle.json"), "--quiet",
-                                 "--fail-on-refusal"])
-    assert result.exit_code == 1
+    out = tmp_path / "outcomes.jsonl"
+    first = runner.invoke(app, ["replay", str(EXAMPLES / "bundle.json"), "-q", "-f", "jsonl"])
+    second = runner.invoke(app, ["replay", str(EXAMPLES / "bundle.json"), "-q", "--out", "-"])
+    third = runner.invoke(app, ["replay", str(EXAMPLES / "bundle.json"), "-q", "-o", str(out)])
+    assert first.exit_code == second.exit_code == third.exit_code == 3
+    assert first.stdout == second.stdout == out.read_text()
+    assert first.stderr == second.stderr == third.stderr == third.stdout == ""
 
 
 def test_a_bundle_with_a_missing_input_is_refused_whole(tmp_path: Path) -> None:

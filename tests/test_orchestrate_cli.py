@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernel.cli import app
-from kernel.commands.replay import outcome_lines
+from kernel.commands.replay import attempt_lines
 from kernel.orchestrate import replay_bundle
 from kernel.organs import CERTIFIED_MANIFEST
 from tests.orchestrate_helpers import E2E_BUNDLE, ROOT, certifier, e2e_bundle
@@ -36,29 +36,46 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
     assert_no_leftover(tmp_path)
 
 
+def _attempt_ids() -> tuple[str, ...]:
+    return tuple(a.attempt_id for a in e2e_bundle().chain.run.candidate_attempts)
+
+
 @pytest.mark.slow
-def test_run_writes_the_api_outcomes_and_exits_0(tmp_path: Path) -> None:
+def test_run_writes_the_api_outcomes_and_exits_3_on_the_tampered_attempt(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "outcomes.jsonl"
     done = kernel("run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--out", out)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == ""
-    assert "replay outcomes (run order)" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 3, done.stderr  # the e2e bundle's tampered attempt: integrity
+    assert done.stdout.startswith("6 attempts (run order)\n")
+    assert done.stderr.startswith("verdict: FAIL integrity (exit 3): 6 attempts")
+    assert "Traceback" not in done.stderr
     data = out.read_bytes()
-    assert [json.loads(line)["replay_disposition"] for line in data.splitlines()] == DISPOSITIONS
+    lines = data.splitlines()
+    assert [json.loads(line)["outcome"]["replay_disposition"] for line in lines] == DISPOSITIONS
+    assert [json.loads(line)["attempt_index"] for line in lines] == list(range(6))
     api = replay_bundle(e2e_bundle(), CERTIFIED_MANIFEST, certifier(tmp_path / "api"))
-    assert data == outcome_lines(api)  # another work directory, another process: same bytes
-    assert len(list((tmp_path / "work").iterdir())) == 3
+    # another work directory, another process: same bytes
+    assert data == attempt_lines(api, _attempt_ids())
+    work = tmp_path / "work"
+    assert (work / "outcomes.jsonl").read_bytes() == data
+    assert sorted(p.name for p in work.iterdir() if p.is_dir()) == sorted(
+        json.loads(line)["attempt_id"] for line in lines
+        if json.loads(line)["outcome"]["replay_disposition"] != "contract_refused"
+        and "replay_result_id" in json.loads(line)["outcome"]
+    )
 
 
 @pytest.mark.slow
-def test_fail_on_refusal_exits_1_with_the_outcomes_on_stdout(tmp_path: Path) -> None:
+def test_fail_on_any_still_exits_3_with_the_outcomes_on_stdout(tmp_path: Path) -> None:
     done = kernel(
-        "run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--fail-on-refusal", "--quiet"
+        "run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--fail-on", "any", "--quiet",
+        "--format", "jsonl",
     )
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 3, done.stderr  # integrity wins over the policy (exit 1)
     assert done.stderr == ""
     lines = done.stdout.splitlines()
-    assert [json.loads(line)["replay_disposition"] for line in lines] == DISPOSITIONS
+    assert [json.loads(line)["outcome"]["replay_disposition"] for line in lines] == DISPOSITIONS
 
 
 def _refused(result_stderr: str, code: str) -> None:
@@ -129,26 +146,13 @@ def test_a_deadline_that_is_not_positive_is_refused(tmp_path: Path, deadline: st
     _refused(result.stderr, "invalid_deadline")
 
 
-@pytest.mark.parametrize("quiet", [False, True])
-def test_a_shell_failure_is_a_note_and_fails_closed(tmp_path: Path, quiet: bool) -> None:
+def test_a_work_directory_that_cannot_be_created_is_refused(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")  # the work directory cannot be created under a file
-    args = ["run", str(E2E_BUNDLE), "--work-dir", str(blocker / "work")]
-    result = runner.invoke(app, args + (["--quiet"] if quiet else []))
-    assert result.exit_code == 0
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
-    for index in (0, 3):
-        assert rows[index]["replay_disposition"] == "contract_closed_but_proof_refused"
-        assert rows[index]["reason_codes"] == [
-            "proof_unavailable:arithmetic.target_certified",
-            "arithmetic.target_certified:no_certification_evidence",
-        ]
-    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
-    if quiet:
-        assert result.stderr == ""
-    else:
-        assert len(notes) == 3
-        assert "no arithmetic.target_certified evidence: NotADirectoryError" in notes[0]
+    result = runner.invoke(app, ["run", str(E2E_BUNDLE), "--work-dir", str(blocker / "work")])
+    assert result.exit_code == 2
+    _refused(result.stderr, "work_dir_unreadable")
+    assert result.stdout == ""
 
 
 def test_the_work_directory_is_required(tmp_path: Path) -> None:
@@ -166,8 +170,11 @@ def test_help_says_what_runs_where_files_go_and_the_exit_codes() -> None:
         "DIR/<attempt_id>/",
         "certification.json",
         "must be absent or empty",
-        "Exit codes: 0 every attempt classified; 1 --fail-on-refusal",
+        "Exit codes: 0 intact and no outcome in a --fail-on class",
         "2 refused at the boundary",
+        "3 integrity",
+        "130 SIGINT; 143 SIGTERM",
+        "--resume",
     ):
         assert phrase in text, phrase
     assert "run" in runner.invoke(app, ["--help"]).stdout

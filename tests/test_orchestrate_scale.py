@@ -115,6 +115,17 @@ def no_evidence() -> bytes:
     return outcome_lines(replay_bundle(e2e_bundle(), CERTIFIED_MANIFEST, NoEvidence()))
 
 
+def _envelopes(data: bytes) -> bytes:
+    """The CLI's outcome lines for bare outcome lines, built here independently."""
+    ids = [a.attempt_id for a in e2e_bundle().chain.run.candidate_attempts]
+    return b"".join(
+        json.dumps({"attempt_id": ids[index], "attempt_index": index,
+                    "outcome": json.loads(line)},
+                   ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        for index, line in enumerate(data.splitlines())
+    )
+
+
 def _lines(data: bytes) -> list[bytes]:
     return data.splitlines(keepends=True)
 
@@ -394,9 +405,9 @@ def test_kernel_run_on_an_executor_writes_the_inline_bytes(
 ) -> None:
     out = tmp_path / "outcomes.jsonl"
     done = kernel("run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--out", out, *options)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # the bundle's tampered attempt: integrity
     assert "Traceback" not in done.stderr and "note:" not in done.stderr
-    assert out.read_bytes() == inline
+    assert out.read_bytes() == _envelopes(inline)
 
 
 def test_kernel_run_on_a_running_scheduler_writes_the_inline_bytes(
@@ -407,9 +418,9 @@ def test_kernel_run_on_a_running_scheduler_writes_the_inline_bytes(
         "run", E2E_BUNDLE, "--work-dir", tmp_path / "work", "--out", out, "--quiet",
         "--executor", "dask", "--scheduler", scheduler_address,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # the bundle's tampered attempt: integrity
     assert done.stderr == ""
-    assert out.read_bytes() == inline
+    assert out.read_bytes() == _envelopes(inline)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "kernel"
 
 PURE_PATHS = [
     "identity.py", "serde.py", "frames.py", "upstream.py", "_values.py", "drafts.py",
-    "schemas.py", "replay", "verification", "organs",
+    "schemas.py", "bundles.py", "replay", "verification", "organs",
 ]
 ALLOWED_MODULES = {
     "__future__", "typing", "typing_extensions", "collections", "collections.abc", "enum",
@@ -34,7 +34,7 @@ ALLOWED_MODULES = {
 }
 PURE_KERNEL_PREFIXES = (
     "kernel.identity", "kernel.serde", "kernel.frames", "kernel.upstream", "kernel._values",
-    "kernel.drafts", "kernel.schemas",
+    "kernel.drafts", "kernel.schemas", "kernel.bundles",
     "kernel.replay", "kernel.verification", "kernel.organs",
 )
 FORBIDDEN_CALLS = {

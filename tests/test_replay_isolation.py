@@ -17,10 +17,11 @@ BUNDLE = ROOT / "examples" / "replay" / "bundle.json"
 
 def _replay_in_subprocess(tmp: Path, env: dict[str, str]) -> bytes:
     done = subprocess.run(
-        [sys.executable, "-m", "kernel.cli", "replay", str(BUNDLE), "--quiet"],
+        [sys.executable, "-m", "kernel.cli", "replay", str(BUNDLE), "--quiet",
+         "--format", "jsonl"],
         cwd=tmp, env=env, capture_output=True, check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # the example's tampered attempt (integrity)
     return done.stdout
 
 

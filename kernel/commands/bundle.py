@@ -8,6 +8,10 @@ reconstructions) and one adapter input per attempt for the chosen static
 manifest. Every id is computed here with the documented payloads
 (adr/0001-records-and-identities.md); none is typed in.
 
+Layout (``--layout``): a single JSON document when it fits the reader's limit
+(``auto``, the default), else a bundle stream (JSON Lines; see
+``kernel.bundles``); ``seal_bundle`` itself is ``kernel.bundles.seal_bundle``.
+
 Exit codes:
 
 - 0: the bundle was written;
@@ -20,18 +24,40 @@ Exit codes:
 
 from __future__ import annotations
 
+import itertools
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, assert_never
 
 import typer
 
-from kernel.commands._io import read_document, refuse, write_atomically
+from kernel.bundles import (
+    BUNDLE_LIMITS,
+    BundleLimitError,
+    BundleSealError,
+    BundleStreamError,
+    bundle_document,
+    bundle_stream_lines,
+    is_stream_header,
+    read_draft_stream,
+    seal_bundle,
+)
+from kernel.commands._io import OutputFile, bounded_lines, open_input, refuse
 from kernel.drafts import SearchDraft
 from kernel.organs import BUILTIN_MANIFEST, CERTIFIED_MANIFEST
-from kernel.replay import AuthorityManifest, ReplayBundle, build_replay_input
-from kernel.serde import dumps
-from kernel.upstream import build_chain
+from kernel.replay import AuthorityManifest
+from kernel.serde import SerdeError, loads
+
+
+class Layout(Enum):
+    """How the bundle is written (``kernel.bundles``)."""
+
+    AUTO = "auto"  # a document when it fits BUNDLE_LIMITS.document_bytes, else a stream
+    DOCUMENT = "document"
+    STREAM = "stream"
 
 
 class ManifestChoice(Enum):
@@ -51,28 +77,49 @@ def manifest_for(choice: ManifestChoice) -> AuthorityManifest:
             assert_never(choice)
 
 
-def seal_bundle(draft: SearchDraft, manifest: AuthorityManifest) -> ReplayBundle:
-    """The sealed bundle for ``draft``; raises ValueError when it cannot be one."""
-    authority = manifest.contract_authorities.get(draft.candidate_organ)
-    if authority is None or draft.candidate_organ not in manifest.proof_policies:
-        raise ValueError(f"organ_not_in_manifest: organ {draft.candidate_organ!r} has no "
-                         f"contract authority and proof policy in {manifest.manifest_version}")
-    assessment = authority.assess(draft.problem_frame)
-    if assessment.runnable:
-        raise ValueError("original_frame_not_refused: the organ's contract accepts the "
-                         "original frame, so there is nothing to replay")
+Progress = Callable[[str, int | None, int | None], None]
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Progress]:
+    """``progress(phase, done, total)`` drawn on stderr (a rich bar) when enabled."""
+    if not enabled:
+        yield lambda phase, done, total: None
+        return
+    from rich.console import Console  # imported only when a bar is drawn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("lines"), console=Console(stderr=True), transient=True)
+    task = bar.add_task("reading", total=None)
+
+    def update(phase: str, done: int | None, total: int | None) -> None:
+        bar.update(task, description=phase, completed=done or 0, total=total)
+
+    with bar:
+        yield update
+
+
+def _read_draft(path: Path) -> SearchDraft:
+    """A draft document, or a draft stream (JSON Lines) for runs of any size."""
+    handle = open_input(path)
+    lines = bounded_lines(handle, BUNDLE_LIMITS.line_bytes)
+    first = next(lines, b"")
+    if first is not None and is_stream_header(first):
+        try:
+            return read_draft_stream(itertools.chain((first,), lines))
+        except BundleStreamError as exc:
+            refuse(exc.code, f"{path}: {exc.message}")
+    if first is None:
+        refuse("document_too_large", f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
+    rest = handle.read(BUNDLE_LIMITS.document_bytes + 1 - len(first))
+    data = first + (b"\n" + rest if rest else b"")
+    if len(data) > BUNDLE_LIMITS.document_bytes:
+        refuse("document_too_large", f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
     try:
-        chain = build_chain(
-            draft.problem_frame, assessment,
-            [c.to_candidate_draft(draft.problem_frame) for c in draft.candidates],
-            operator_set_id=draft.operator_set_id,
-            operator_set_version=draft.operator_set_version,
-        )
-    except ValueError as exc:
-        raise ValueError(f"candidate_does_not_reconstruct: {exc}") from exc
-    inputs = tuple(build_replay_input(chain, i, manifest)
-                   for i in range(len(chain.run.candidate_attempts)))
-    return ReplayBundle(chain, inputs)
+        return loads(data, SearchDraft)
+    except SerdeError as exc:
+        refuse(exc.code, f"{path}: {exc.message}")
 
 
 def register(app: typer.Typer) -> None:
@@ -89,25 +136,56 @@ def register(app: typer.Typer) -> None:
             "obligations, for `kernel replay`) or certified.v1 (adds the externally "
             "certified obligation, for `kernel run`).")] = ManifestChoice.BUILTIN,
         out: Annotated[Path | None, typer.Option(
-            "--out", help="Write the bundle here (atomically) instead of stdout.")] = None,
+            "--out", "-o", metavar="FILE",
+            help="Write the bundle to FILE (atomically) instead of stdout ('-').")] = None,
+        layout: Annotated[Layout, typer.Option(
+            "--layout", help="document (one JSON document, small runs), stream (JSON Lines, "
+            "any size) or auto: a document when it fits the reader's limit, else a "
+            "stream.")] = Layout.AUTO,
+        quiet: Annotated[bool, typer.Option(
+            "--quiet", "-q", help="No progress bar on stderr.")] = False,
     ) -> None:
         """Seal a search draft into a replay bundle (every id computed, none typed in).
 
+        DRAFT is a path or - for stdin: a JSON document, or for runs of any size a
+        draft stream (JSON Lines: {"format": "replay-kernel.draft-stream.v1",
+        "header": {problem_frame, candidate_organ, operator_set_id,
+        operator_set_version}}, then one candidate a line). The bundle obeys the
+        limits kernel replay and kernel run read with (kernel.bundles.BUNDLE_LIMITS):
+        nothing is written that they would refuse.
+
         Exit codes: 0 bundle written; 1 the draft cannot become a bundle (organ
         not in the manifest, original frame not refused, a delta that does not
-        apply); 2 draft refused at the boundary.
+        apply, a document or line over the limits); 2 usage error or draft
+        refused at the boundary.
         """
-        draft = read_document(draft_path, SearchDraft)
-        try:
-            bundle = seal_bundle(draft, manifest_for(manifest))
-        except ValueError as exc:
-            code, _, message = str(exc).partition(": ")
-            refuse(code, f"{draft_path}: {message}", exit_code=1)
-        data = dumps(bundle) + b"\n"
-        if out is None:
-            typer.echo(data.decode("utf-8"), nl=False)
-            return
-        try:
-            write_atomically(out, data)
-        except OSError as exc:
-            refuse("unwritable_output", f"{out}: {exc.strerror or exc}")
+        with _progress(not quiet and sys.stderr.isatty()) as progress:
+            draft = _read_draft(draft_path)
+            progress("sealing", None, None)
+            try:
+                bundle = seal_bundle(draft, manifest_for(manifest))
+            except BundleSealError as exc:
+                refuse(exc.code, f"{draft_path}: {exc.message}", exit_code=1)
+            data: bytes | None = None
+            if layout is not Layout.STREAM:
+                try:
+                    data = bundle_document(bundle)
+                except BundleLimitError as exc:
+                    if layout is Layout.DOCUMENT:
+                        refuse(exc.code, f"{draft_path}: {exc.message} (try --layout stream)",
+                               exit_code=1)
+            with OutputFile(out or Path("-")) as sink:
+                if data is not None:
+                    sink.write(data)
+                else:
+                    total = 1 + 2 * len(draft.candidates)
+                    try:
+                        # Each line is checked against the reader's limits before it is
+                        # written; a refusal discards the partial file.
+                        for done, line in enumerate(bundle_stream_lines(bundle, BUNDLE_LIMITS)):
+                            sink.write(line)
+                            if done % 256 == 0:
+                                progress("writing", done, total)
+                    except BundleLimitError as exc:
+                        refuse(exc.code, f"{draft_path}: {exc.message}", exit_code=1)
+                sink.commit()

@@ -4,9 +4,10 @@ Each line names a record, its stored id and the id recomputed from its
 content, and says ``ok`` or ``MISMATCH``. Nothing is trusted: the point is
 that anyone can recompute what the kernel will check.
 
-Exit codes: 0 every stored id reproduces; 1 at least one does not; 2 the file
-was refused at the boundary (unreadable, malformed, non-canonical JSON, wrong
-schema).
+Exit codes (README "Exit codes"): 0 every stored id reproduces; 3
+integrity: at least one does not; 2 the file was refused at the boundary
+(unreadable, malformed, non-canonical JSON, wrong schema). FILE may be ``-``
+(stdin).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated
 import typer
 
 from kernel.commands._io import read_bounded, read_document, refuse
+from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.frames import delta_digest, frame_digest
 from kernel.replay import ReplayBundle, input_digest_of
 from kernel.serde import SerdeError, parse_json
@@ -67,15 +69,16 @@ def register(app: typer.Typer) -> None:
 
     @app.command("digest")
     def digest_command(
-        path: Annotated[Path, typer.Argument(help="A search chain or replay bundle (JSON).")],
+        path: Annotated[Path, typer.Argument(
+            help="A search chain or replay bundle (JSON); '-' for stdin.")],
         as_json: Annotated[
             bool, typer.Option("--json", help="One canonical JSON object per record.")
         ] = False,
     ) -> None:
         """Recompute and print the identity of every record in a chain or bundle.
 
-        Exit codes: 0 every stored id reproduces; 1 some id does not; 2 the file
-        was refused at the boundary.
+        Exit codes: 0 every stored id reproduces; 3 integrity: some id does not;
+        2 the file was refused at the boundary.
         """
         rows = list(_rows_for(path))
         mismatches = 0
@@ -90,7 +93,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{'ok' if ok else 'MISMATCH':8} {recomputed}  {name}")
         if mismatches:
             typer.echo(f"{mismatches} of {len(rows)} identities do not reproduce", err=True)
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_INTEGRITY)
 
 
 def _rows_for(path: Path) -> Iterator[Row]:

@@ -1,17 +1,23 @@
 """`kernel replay BUNDLE`: classify every attempt of a search run (ADR-0229).
 
-The bundle (a search chain plus one ``ReplayAdapterInput`` per attempt) is
-read strictly; each attempt is classified in the run's canonical order with
-the built-in authority manifest; one canonical-JSON outcome per line goes to
-stdout (or ``--out FILE``, written atomically) and a summary table to stderr.
+The bundle (a single document, or a bundle stream of any size: see
+``kernel.bundles``) is read strictly, from a file or ``-`` (stdin); each
+attempt is classified in the run's canonical order with the built-in
+authority manifest as soon as its line is read, and its outcome line
+(``{"attempt_id", "attempt_index", "outcome"}``, canonical JSON) is written
+at once to ``--out FILE`` (atomically, on success) or stdout
+(``--format jsonl``). A summary goes to stdout (``--format table|json``) and
+a one-line verdict to stderr.
 
-Exit codes:
+Exit codes (README "Exit codes", adr/0013):
 
-- 0: every attempt was classified (a result or a typed refusal each);
-- 1: ``--fail-on-refusal`` was given and at least one attempt was refused;
-- 2: the bundle was refused at the boundary (unreadable, malformed JSON,
-  schema mismatch, or not one input and one reconstruction per attempt);
-  nothing is written.
+- 0: every attempt classified, input intact, no outcome in a ``--fail-on`` class;
+- 1: some outcome is in a selected ``--fail-on`` class;
+- 2: usage error, or the bundle refused at the boundary (unreadable,
+  malformed, schema mismatch, not one input and one reconstruction per
+  attempt, an unsound stream envelope); no outcome file is written;
+- 3: integrity: some attempt's input is not what the run recorded
+  (``candidate_identity_mismatch``, ``invalid_replay_input``).
 """
 
 from __future__ import annotations
@@ -20,19 +26,46 @@ from pathlib import Path
 from typing import Annotated, assert_never
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from kernel.commands._io import read_document, refuse, write_atomically
+from kernel.bundles import BundleStreamError, ReadyAttempt, RefusedAttempt, outcome_line
+from kernel.commands._outcomes import (
+    Emitter,
+    FailOnOption,
+    FormatOption,
+    OutOption,
+    OutputFormat,
+    QuietOption,
+    VerboseOption,
+    fail_on_classes,
+    open_bundle,
+    resolve_output,
+    stream_error,
+)
+from kernel.commands._verdict import EXIT_SIGINT
 from kernel.organs import builtin_manifest
 from kernel.replay import (
     ReplayAdapterOutcome,
-    ReplayAdapterRefusal,
-    ReplayAdapterResult,
     ReplayBundle,
+    RunFacts,
+    facts_for,
+    replay_attempt,
     replay_bundle_attempts,
 )
 from kernel.serde import dumps
+
+_HELP = """Classify every attempt of a bundle, in run order (ADR-0229).
+
+BUNDLE is a single-document bundle or a bundle stream (JSON Lines), a path
+or - for stdin. Outcomes are ReplayAdapterResult (contract_refused,
+contract_closed_but_proof_refused, contract_and_proof_closed) or
+ReplayAdapterRefusal (seven typed reasons); none is an answer. Each outcome
+line names its attempt: {"attempt_id", "attempt_index", "outcome"}.
+
+Exit codes: 0 intact and no outcome in a --fail-on class; 1 an outcome in a
+selected --fail-on class; 2 usage error or bundle refused at the boundary
+(no outcome file written); 3 integrity (candidate_identity_mismatch or
+invalid_replay_input: the input is not what the run recorded).
+"""
 
 
 def classify_bundle(bundle: ReplayBundle) -> tuple[ReplayAdapterOutcome, ...]:
@@ -42,75 +75,68 @@ def classify_bundle(bundle: ReplayBundle) -> tuple[ReplayAdapterOutcome, ...]:
 
 
 def outcome_lines(outcomes: tuple[ReplayAdapterOutcome, ...]) -> bytes:
-    """JSON Lines: one canonical outcome record per line."""
+    """The bare outcome records, one canonical JSON record per line (the library's view)."""
     return b"".join(dumps(outcome) + b"\n" for outcome in outcomes)
 
 
-def summary_table(outcomes: tuple[ReplayAdapterOutcome, ...]) -> Table:
-    table = Table(title="replay outcomes (run order)")
-    for column in ("#", "outcome", "disposition", "reason codes", "id"):
-        table.add_column(column, overflow="fold")
-    for index, outcome in enumerate(outcomes):
-        match outcome:
-            case ReplayAdapterResult():
-                kind, ident = "result", outcome.replay_result_id
-            case ReplayAdapterRefusal():
-                kind, ident = "refusal", outcome.replay_refusal_id
-            case _:
-                assert_never(outcome)
-        table.add_row(str(index), kind, outcome.replay_disposition.value,
-                      "\n".join(outcome.reason_codes) or "-", ident[:16])
-    return table
+def attempt_lines(
+    outcomes: tuple[ReplayAdapterOutcome, ...], attempt_ids: tuple[str | None, ...]
+) -> bytes:
+    """What ``kernel replay`` and ``kernel run`` write: each outcome in its attempt envelope.
 
-
-def emit_outcomes(
-    outcomes: tuple[ReplayAdapterOutcome, ...],
-    *,
-    out: Path | None,
-    quiet: bool,
-    fail_on_refusal: bool,
-) -> None:
-    """Write the JSON Lines (stdout or ``out``, atomically), the summary, and the exit code."""
-    data = outcome_lines(outcomes)
-    if out is None:
-        typer.echo(data.decode("utf-8"), nl=False)
-    else:
-        try:
-            write_atomically(out, data)
-        except OSError as exc:
-            refuse("unwritable_output", f"{out}: {exc.strerror or exc}")
-    if not quiet:
-        Console(stderr=True).print(summary_table(outcomes))
-    if fail_on_refusal and any(isinstance(o, ReplayAdapterRefusal) for o in outcomes):
-        raise typer.Exit(1)
+    ``attempt_ids`` are the run's attempt ids, in order (``kernel.bundles.outcome_line``).
+    """
+    return b"".join(
+        outcome_line(index, attempt_id, outcome)
+        for index, (outcome, attempt_id) in enumerate(zip(outcomes, attempt_ids, strict=True))
+    )
 
 
 def register(app: typer.Typer) -> None:
     """Attach the ``replay`` command to ``app``."""
 
-    @app.command("replay")
+    @app.command("replay", help=_HELP)
     def replay_command(
         bundle_path: Annotated[Path, typer.Argument(
-            metavar="BUNDLE", help="Replay bundle: {'chain': SearchChain, 'inputs': [...]}.")],
-        out: Annotated[Path | None, typer.Option(
-            "--out", help="Write the JSON Lines here (atomically) instead of stdout.")] = None,
-        fail_on_refusal: Annotated[bool, typer.Option(
-            "--fail-on-refusal", help="Exit 1 if any attempt was refused.")] = False,
-        quiet: Annotated[bool, typer.Option(
-            "--quiet", help="No summary table on stderr.")] = False,
+            metavar="BUNDLE", help="Replay bundle (document or stream); '-' for stdin.")],
+        out: OutOption = None,
+        output_format: FormatOption = None,
+        fail_on: FailOnOption = None,
+        quiet: QuietOption = False,
+        verbose: VerboseOption = False,
     ) -> None:
-        """Classify every attempt of a bundle; one outcome per line, in run order.
+        chosen = resolve_output(out, output_format)
+        classes = fail_on_classes(fail_on)
+        total, _, attempts = open_bundle(bundle_path)
+        manifest = builtin_manifest()
+        # The run is examined once and its facts reused while consecutive
+        # attempts hold the same run object (linear batches, ADR 0011).
+        facts: RunFacts | None = None
+        with Emitter(out=out, output_format=chosen, quiet=quiet, verbose=verbose,
+                     fail_on=classes, total=total, label="replaying") as emitter:
+            try:
+                for item in attempts:
+                    match item:
+                        case ReadyAttempt():
+                            facts = facts_for(item.request, facts)
+                            outcome = replay_attempt(item.request, manifest, facts=facts)
+                        case RefusedAttempt():
+                            outcome = item.refusal
+                        case _:
+                            assert_never(item)
+                    emitter.add(item.attempt_index, item.attempt_id, outcome)
+            except BundleStreamError as exc:
+                stream_error(bundle_path, exc)
+            except KeyboardInterrupt:
+                # Leaving the block discards the unfinished --out file.
+                typer.echo(f"error: interrupted: SIGINT after {emitter.tally.total} of {total} "
+                           "attempts; no outcome file written", err=True)
+                raise typer.Exit(EXIT_SIGINT) from None
+            code = emitter.finish()
+        if code:
+            raise typer.Exit(code)
 
-        Outcomes are ReplayAdapterResult (contract_refused,
-        contract_closed_but_proof_refused, contract_and_proof_closed) or
-        ReplayAdapterRefusal (seven typed reasons). None is an answer.
 
-        Exit codes: 0 every attempt classified; 1 --fail-on-refusal and some
-        attempt refused; 2 bundle refused at the boundary (nothing written).
-        """
-        bundle = read_document(bundle_path, ReplayBundle)
-        try:
-            outcomes = classify_bundle(bundle)
-        except ValueError as exc:
-            refuse("bundle_shape_invalid", f"{bundle_path}: {exc}")
-        emit_outcomes(outcomes, out=out, quiet=quiet, fail_on_refusal=fail_on_refusal)
+__all__ = [
+    "OutputFormat", "attempt_lines", "classify_bundle", "outcome_lines", "register",
+]

@@ -1,33 +1,36 @@
 """`kernel run BUNDLE --work-dir DIR`: the main job, end to end (ADR-0006).
 
-Every attempt of the bundle is classified in the run's canonical order under
-the production manifest (``kernel.organs.CERTIFIED_MANIFEST``); for each
-attempt whose contract closes, ``kernel.orchestrate.ExternalCertifier`` runs
-the pinned z3 -> cvc5 pair in ``DIR/<attempt_id>/`` and hands the sealed
-receipt to the pure ``arithmetic.target_certified`` authority. One
-canonical-JSON outcome per line goes to stdout (or ``--out FILE``, written
-atomically) and a summary table to stderr, exactly like ``kernel replay``.
+Every attempt of the bundle (a single document or a bundle stream, a path or
+``-``) is classified in the run's canonical order under the production
+manifest (``kernel.organs.CERTIFIED_MANIFEST``); for each attempt whose
+contract closes, ``kernel.orchestrate.ExternalCertifier`` runs the pinned
+z3 -> cvc5 pair in ``DIR/<attempt_id>/`` and hands the sealed receipt to the
+pure ``arithmetic.target_certified`` authority. Attempts are taken in chunks
+(one at a time inline, a few per worker on a pool); each chunk's outcome
+lines are appended to ``DIR/outcomes.jsonl`` (flushed to disk) and streamed
+to the output as the chunk is decided, exactly like ``kernel replay``.
 
-Exit codes:
+Interrupts: SIGINT and SIGTERM stop the running certification, leave
+``DIR/INTERRUPTED`` (which signal, how many outcomes are recorded) and exit
+130 and 143. ``--resume`` continues that work directory: recorded outcomes
+are kept (and re-emitted), the attempts after them are certified afresh
+(their partial directories removed), none twice.
 
-- 0: every attempt was classified (a result or a typed refusal each);
-- 1: ``--fail-on-refusal`` was given and at least one attempt was refused;
-- 2: refused at the boundary, nothing written: the bundle (unreadable,
-  malformed, schema mismatch, misshapen), a work directory that is not an
-  empty directory, a deadline that is not positive, a certifier that cannot
-  be set up (no z3 binary or cvc5 package for this interpreter), or an
-  executor that cannot be opened (bad worker count, conflicting options,
-  unreachable scheduler, no dask installed).
-
-``--executor`` picks where certifications run (ADR-0008): inline (default),
-a spawn-based process pool, or Dask distributed; the verdicts are always
-computed here, so the outcome bytes do not depend on the choice.
+Exit codes: README "Exit codes" and adr/0013 (0 / 1 --fail-on / 2 boundary
+/ 3 integrity / 130 SIGINT / 143 SIGTERM). The default ``--fail-on`` for
+this command is ``integrity,unavailable``: the main job promises a
+certification, so an attempt whose checker never concluded (a producer
+timeout, a lost worker) fails the run.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import os
+import re
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -37,13 +40,27 @@ from types import FrameType
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kernel.commands._io import read_document, refuse
-from kernel.commands.replay import emit_outcomes
+from kernel.bundles import BundleStreamError, ReadyAttempt, outcome_line
+from kernel.commands._io import refuse
+from kernel.commands._outcomes import (
+    Attempt,
+    Emitter,
+    FailOnOption,
+    FormatOption,
+    OutOption,
+    QuietOption,
+    VerboseOption,
+    default_cause,
+    fail_on_classes,
+    open_bundle,
+    resolve_output,
+    stream_error,
+)
+from kernel.commands._verdict import EXIT_SIGINT, EXIT_SIGTERM, FailOn
 from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
+    RUN_ID,
     CertifierSetupError,
     ExecutorKind,
     ExecutorSetupError,
@@ -56,7 +73,8 @@ from kernel.orchestrate import (
     replay_requests,
 )
 from kernel.organs import certified_manifest
-from kernel.replay import ReplayBundle, requests_from_bundle
+from kernel.replay import ReplayAdapterOutcome, ReplayAdapterRefusal, ReplayAdapterResult
+from kernel.serde import SerdeError, structure
 
 _HELP = """Run the main job: replay every attempt and certify targets with z3 -> cvc5.
 
@@ -66,11 +84,21 @@ the candidate's certification problem, seal the outcome as an assurance
 receipt, and replay the proofs (evidence_grounded, target_determined,
 target_certified) under certified.v1. None of the outcomes is an answer.
 
+BUNDLE: a single-document bundle or a bundle stream (JSON Lines); - for stdin.
+
 Files: each attempt whose contract closes gets DIR/<attempt_id>/ with repository/
 (the SMT problem), manifest.json (the pinned check), run/ (snapshot,
 evidence, requests, receipts, logs, metadata.json) and certification.json
-(request + receipt). DIR must be absent or empty. Outcomes: JSON Lines on
-stdout or --out FILE; summary table and notes on stderr.
+(request + receipt). DIR/outcomes.jsonl holds the outcome lines recorded so
+far, DIR/run-state.json which run the directory belongs to. DIR must be
+absent or empty, unless --resume.
+
+Output: as kernel replay (--out, --format table|json|jsonl, -q, -v); the
+summary names the root cause of each attempt that did not close (e.g. the
+certification's "producer_timeout: producer still running after 1s").
+
+Interrupts: SIGINT/SIGTERM leave DIR/INTERRUPTED and exit 130/143; run again
+with --resume to continue without redoing recorded attempts.
 
 Executors (--executor): inline (default) certifies one attempt after the
 other in this process; process runs them on a pool of --workers local
@@ -83,12 +111,14 @@ the attempt is not certified), or, without --scheduler, a local cluster of
 on the executor; the verdicts are computed here, in the run's order, so the
 output bytes do not depend on the executor or the worker count. A worker
 that dies or is lost leaves its attempt without evidence (not closed, never
-PASS). A progress bar goes to stderr when it is a terminal (not with --quiet).
+PASS). A progress bar goes to stderr when it is a terminal (not with -q).
 
-Exit codes: 0 every attempt classified; 1 --fail-on-refusal and some attempt
-refused; 2 refused at the boundary (bad bundle, non-empty work directory,
-bad deadline, certifier unavailable, bad worker count, conflicting executor
-options, unreachable scheduler); nothing is written.
+Exit codes: 0 intact and no outcome in a --fail-on class (default here:
+integrity,unavailable); 1 an outcome in a selected class; 2 refused at the
+boundary, nothing run (bad bundle, work directory not empty and no
+--resume, bad deadline, certifier unavailable, bad worker count,
+conflicting executor options, unreachable scheduler); 3 integrity;
+130 SIGINT; 143 SIGTERM.
 """
 
 _EXECUTORS = "|".join(kind.value for kind in ExecutorKind)
@@ -128,48 +158,25 @@ def _executor_spec(
     return spec
 
 
-@contextmanager
-def _progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on stderr, updated from the driver's thread; ``None`` when off."""
-    if not enabled:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("certifying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("attempts"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = bar.add_task("attempts", total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
-
-    with bar:
-        yield update
+STATE_FILE = "run-state.json"
+OUTCOMES_FILE = "outcomes.jsonl"
+INTERRUPTED_FILE = "INTERRUPTED"
+_STATE_FORMAT = "replay-kernel.run-state.v1"
+_METADATA_LIMIT = 1 << 20
+_ATTEMPT_DIR = re.compile(r"[0-9a-f]{64}")
 
 
-
-def _check_work_dir(work_dir: Path) -> None:
-    if work_dir.is_symlink() or (work_dir.exists() and not work_dir.is_dir()):
-        refuse("work_dir_not_directory", f"{work_dir}: not a plain directory")
-    try:
-        if work_dir.is_dir() and any(work_dir.iterdir()):
-            refuse("work_dir_not_empty", f"{work_dir}: not empty (use a fresh directory)")
-    except OSError as exc:
-        refuse("work_dir_unreadable", f"{work_dir}: {exc.strerror or exc}")
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, unwound like Ctrl-C (so every cleanup runs) but told apart at the top."""
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While the job runs, the first SIGTERM is handled like Ctrl-C.
+def _signals_as_interrupts() -> Iterator[None]:
+    """While the job runs, the first SIGTERM is raised like Ctrl-C (as ``_Terminated``).
 
     Producers and checkers run in their own sessions, so SIGTERM's default
     action (die at once) would leave the running certification behind.
-    Raised as ``KeyboardInterrupt`` in the main thread, it unwinds through
+    Raised as a ``KeyboardInterrupt`` in the main thread, it unwinds through
     ``run_process`` (which kills the command's group) and ``open_executor``
     (which stops its workers). Later SIGTERMs are ignored until that cleanup
     is done, so it cannot be cut short; SIGKILL still works.
@@ -180,7 +187,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         nonlocal fired
         if not fired:
             fired = True
-            raise KeyboardInterrupt
+            raise _Terminated
 
     try:
         previous = signal.signal(signal.SIGTERM, handler)
@@ -200,22 +207,118 @@ class _NoteHandler(logging.Handler):
         typer.echo(f"note: {record.getMessage()}", err=True)
 
 
+def _check_fresh_work_dir(work_dir: Path) -> None:
+    if work_dir.is_symlink() or (work_dir.exists() and not work_dir.is_dir()):
+        refuse("work_dir_not_directory", f"{work_dir}: not a plain directory")
+    try:
+        if work_dir.is_dir() and any(work_dir.iterdir()):
+            refuse("work_dir_not_empty",
+                   f"{work_dir}: not empty (use a fresh directory, or --resume)")
+    except OSError as exc:
+        refuse("work_dir_unreadable", f"{work_dir}: {exc.strerror or exc}")
+
+
+def _create_work_dir(root: Path, state: bytes) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / STATE_FILE).write_bytes(state)
+    except OSError as exc:
+        refuse("work_dir_unreadable", f"{root}: {exc.strerror or exc}")
+
+
+def _state(run_id: str, count: int) -> bytes:
+    return json.dumps({"format": _STATE_FORMAT, "run_id": run_id, "attempt_count": count},
+                      sort_keys=True).encode() + b"\n"
+
+
+def _recorded_outcomes(work_dir: Path, run_id: str, count: int) -> list[bytes]:
+    """For --resume: the outcome lines already recorded in ``work_dir`` for this run."""
+    if work_dir.is_symlink() or not work_dir.is_dir():
+        refuse("resume_not_a_run", f"{work_dir}: not a work directory of kernel run")
+    try:
+        state = (work_dir / STATE_FILE).read_bytes()
+    except OSError as exc:
+        refuse("resume_not_a_run", f"{work_dir / STATE_FILE}: {exc.strerror or exc}")
+    if state != _state(run_id, count):
+        refuse("resume_other_run", f"{work_dir}: holds another run than this bundle's")
+    log = work_dir / OUTCOMES_FILE
+    data = log.read_bytes() if log.is_file() else b""
+    lines = data.split(b"\n")
+    complete = lines[:-1]  # a last line without its newline was cut by the interrupt
+    for index, line in enumerate(complete):
+        try:
+            record = json.loads(line)
+            ok = isinstance(record, dict) and record.get("attempt_index") == index
+        except ValueError:
+            ok = False
+        if not ok or index >= count:
+            refuse("resume_log_corrupt", f"{log}: line {index + 1} is not attempt {index}")
+    return complete
+
+
+def _outcome_of(line: bytes) -> ReplayAdapterOutcome:
+    try:
+        record = json.loads(line)["outcome"]
+        kind: type[ReplayAdapterOutcome] = (
+            ReplayAdapterResult if "replay_result_id" in record else ReplayAdapterRefusal
+        )
+        return structure(record, kind)
+    except (ValueError, KeyError, TypeError, SerdeError) as exc:
+        refuse("resume_log_corrupt", f"a recorded outcome does not read back: {exc}")
+
+
+def _root_cause(work_dir: Path) -> Callable[[int, str | None, ReplayAdapterOutcome], str | None]:
+    """The summary's cause for an attempt: its certification's reason, or the refusal's."""
+
+    def cause(_index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome) -> str | None:
+        metadata = work_dir / (attempt_id or "-") / RUN_ID / "metadata.json"
+        if attempt_id is not None and metadata.is_file():
+            try:
+                with metadata.open("rb") as handle:
+                    record = json.loads(handle.read(_METADATA_LIMIT))
+                if record.get("status") != "PASS":
+                    return (f"certification {record.get('status')}: "
+                            f"{record.get('reason')}: {record.get('detail')}")
+            except (OSError, ValueError, AttributeError):
+                return "certification metadata unreadable"
+        elif isinstance(outcome, ReplayAdapterResult) and any(
+            code.startswith("proof_unavailable:") for code in outcome.reason_codes
+        ):
+            return "no certification evidence (see the notes above)"
+        return default_cause(_index, attempt_id, outcome)
+
+    return cause
+
+
+def _chunks(items: Iterator[Attempt], size: int) -> Iterator[list[Attempt]]:
+    chunk: list[Attempt] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def register(app: typer.Typer) -> None:
     """Attach the ``run`` command to ``app``."""
 
     @app.command("run", help=_HELP)
     def run_command(
         bundle_path: Annotated[Path, typer.Argument(
-            metavar="BUNDLE", help="Replay bundle: {'chain': SearchChain, 'inputs': [...]}.")],
+            metavar="BUNDLE", help="Replay bundle (document or stream); '-' for stdin.")],
         work_dir: Annotated[Path, typer.Option(
             "--work-dir", metavar="DIR",
-            help="Absent or empty directory for the per-attempt certification runs.")],
-        out: Annotated[Path | None, typer.Option(
-            "--out", help="Write the JSON Lines here (atomically) instead of stdout.")] = None,
-        fail_on_refusal: Annotated[bool, typer.Option(
-            "--fail-on-refusal", help="Exit 1 if any attempt was refused.")] = False,
-        quiet: Annotated[bool, typer.Option(
-            "--quiet", help="No summary table or notes on stderr.")] = False,
+            help="Absent or empty directory for the per-attempt certification runs "
+                 "(or, with --resume, an interrupted one).")],
+        out: OutOption = None,
+        output_format: FormatOption = None,
+        fail_on: FailOnOption = None,
+        quiet: QuietOption = False,
+        verbose: VerboseOption = False,
+        resume: Annotated[bool, typer.Option(
+            "--resume", help="Continue an interrupted work directory of this bundle.")] = False,
         deadline: Annotated[float, typer.Option(
             "--deadline", metavar="SECONDS",
             help="Deadline for each producer and each checker run.")] = 60.0,
@@ -236,38 +339,101 @@ def register(app: typer.Typer) -> None:
             "--connect-timeout", metavar="SECONDS",
             help="How long to try reaching --scheduler before refusing.")] = 10.0,
     ) -> None:
-        bundle = read_document(bundle_path, ReplayBundle)
-        try:
-            requests = requests_from_bundle(bundle)
-        except ValueError as exc:
-            refuse("bundle_shape_invalid", f"{bundle_path}: {exc}")
+        chosen = resolve_output(out, output_format)
+        classes = fail_on_classes(fail_on, (FailOn.UNAVAILABLE,))
         if not deadline > 0:
             refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
-        _check_work_dir(work_dir)
         spec = _executor_spec(executor, workers, scheduler, connect_timeout)
+        total, identity, attempts = open_bundle(bundle_path)
+        recorded: list[bytes] = []
+        if resume:
+            recorded = _recorded_outcomes(work_dir, identity, total)
+        else:
+            _check_fresh_work_dir(work_dir)
         try:
             entry = certification_entry(discover_tools(Path(sys.executable)))
         except CertifierSetupError as exc:
             refuse("certifier_unavailable", exc.message)
-        certifier = ExternalCertifier(
-            work_dir.absolute(), entry, RunLimits(deadline, deadline), default_environment()
-        )
+        root = work_dir.absolute()
         logger = logging.getLogger("kernel.orchestrate")
         # --quiet still needs a handler, or logging's last resort prints the notes.
         handler = logging.NullHandler() if quiet else _NoteHandler(logging.WARNING)
-        logger.addHandler(handler)
-        try:
-            with _sigterm_as_interrupt(), ExitStack() as stack:
-                try:
-                    pool = stack.enter_context(open_executor(spec))
-                except ExecutorSetupError as exc:
-                    refuse(exc.code, exc.message)
-                progress = stack.enter_context(
-                    _progress_bar(not quiet and sys.stderr.isatty())
-                )
-                outcomes = replay_requests(
-                    requests, certified_manifest(), certifier, executor=pool, progress=progress
-                )
-        finally:
-            logger.removeHandler(handler)
-        emit_outcomes(outcomes, out=out, quiet=quiet, fail_on_refusal=fail_on_refusal)
+        code = 0
+        with ExitStack() as stack:
+            try:
+                # Opened before anything is written: a refusal leaves no trace.
+                pool = stack.enter_context(open_executor(spec))
+            except ExecutorSetupError as exc:
+                refuse(exc.code, exc.message)
+            if resume:
+                _clear_unrecorded(root, recorded)
+            else:
+                _create_work_dir(root, _state(identity, total))
+            for _ in itertools.islice(attempts, len(recorded)):
+                pass  # recorded before the interrupt: read past, not redone
+            certifier = ExternalCertifier(
+                root, entry, RunLimits(deadline, deadline), default_environment()
+            )
+            log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
+            logger.addHandler(handler)
+            stack.callback(logger.removeHandler, handler)
+            try:
+                with _signals_as_interrupts(), Emitter(
+                    out=out, output_format=chosen, quiet=quiet, verbose=verbose,
+                    fail_on=classes, total=total, label="certifying",
+                    explain=_root_cause(root),
+                ) as emitter:
+                    for index, line in enumerate(recorded):
+                        emitter.add(index, json.loads(line)["attempt_id"], _outcome_of(line))
+                    size = 1 if spec.kind is ExecutorKind.INLINE else 4 * (spec.workers or 1)
+                    manifest = certified_manifest()
+                    try:
+                        for chunk in _chunks(attempts, size):
+                            ready = [i.request for i in chunk if isinstance(i, ReadyAttempt)]
+                            decided = iter(replay_requests(
+                                ready, manifest, certifier, executor=pool))
+                            lines = []
+                            for item in chunk:
+                                outcome = (next(decided) if isinstance(item, ReadyAttempt)
+                                           else item.refusal)
+                                emitter.add(item.attempt_index, item.attempt_id, outcome)
+                                lines.append(outcome_line(
+                                    item.attempt_index, item.attempt_id, outcome))
+                            # Recorded (and flushed to disk) a chunk at a time: what
+                            # --resume keeps is exactly what was decided.
+                            log.write(b"".join(lines))
+                            log.flush()
+                            os.fsync(log.fileno())
+                    except BundleStreamError as exc:
+                        stream_error(bundle_path, exc)
+                    code = emitter.finish()
+            except KeyboardInterrupt as exc:
+                terminated = isinstance(exc, _Terminated)
+                name = "SIGTERM" if terminated else "SIGINT"
+                # What --resume will keep: the complete lines on disk (the signal
+                # may have come between a chunk's write and the count).
+                log.flush()
+                done = (root / OUTCOMES_FILE).read_bytes().count(b"\n")
+                (root / INTERRUPTED_FILE).write_text(
+                    json.dumps({"signal": name, "outcomes_recorded": done}) + "\n")
+                typer.echo(f"error: interrupted: {name} after {done} of {total} attempts; "
+                           f"continue with --resume --work-dir {work_dir}", err=True)
+                raise typer.Exit(EXIT_SIGTERM if terminated else EXIT_SIGINT) from None
+        (root / INTERRUPTED_FILE).unlink(missing_ok=True)
+        if code:
+            raise typer.Exit(code)
+
+
+def _clear_unrecorded(root: Path, recorded: list[bytes]) -> None:
+    """Remove what an interrupt left of the attempts after the recorded ones.
+
+    Their directories (named by attempt id) are removed, to be certified
+    afresh, and the log is cut back to its complete lines.
+    """
+    kept = {json.loads(line)["attempt_id"] for line in recorded}
+    for entry in root.iterdir():
+        if (_ATTEMPT_DIR.fullmatch(entry.name) and entry.name not in kept
+                and entry.is_dir() and not entry.is_symlink()):
+            shutil.rmtree(entry)
+    (root / OUTCOMES_FILE).write_bytes(b"".join(line + b"\n" for line in recorded))
+    (root / INTERRUPTED_FILE).unlink(missing_ok=True)

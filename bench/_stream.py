@@ -1,0 +1,86 @@
+"""Runs of any size through the command line: `kernel bundle`, then `kernel replay`.
+
+For each size N, a search draft stream of N candidates (the shipped draft's
+four, repeated) is sealed into a bundle stream by ``kernel bundle --layout stream``
+and classified by ``kernel replay``, each a fresh process. Reported per
+step: wall time, CPU (user + system, from ``wait4``) and peak RSS of that
+process, and the ratio of CPU between consecutive sizes (linear: the size
+ratio). Figures go to BENCHMARKS.md ("Runs of any size").
+
+    python -m bench._stream 1000 10000 100000     # make scale
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DRAFT = ROOT / "examples" / "drafts" / "marbles.json"
+KERNEL = Path(sys.executable).with_name("kernel")
+
+
+def _draft(directory: Path, attempts: int) -> Path:
+    """A draft stream (one candidate a line: a 100k draft is larger than one document may be)."""
+    doc = json.loads(DRAFT.read_text(encoding="utf-8"))
+    shipped = [json.dumps(c, sort_keys=True) for c in doc.pop("candidates")]
+    path = directory / f"draft-{attempts}.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        out.write(json.dumps({"format": "replay-kernel.draft-stream.v1", "header": doc}) + "\n")
+        for i in range(attempts):
+            out.write(shipped[i % len(shipped)] + "\n")
+    return path
+
+
+def _measured(*args: str | Path) -> tuple[float, float, int, int]:
+    """(wall s, CPU s, peak RSS KiB, exit code) of one ``kernel`` process."""
+    started = time.perf_counter()
+    process = subprocess.Popen([str(KERNEL), *map(str, args)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.stderr is not None
+    errors = process.stderr.read().decode()
+    process.stderr.close()
+    if process.returncode not in (0,):
+        raise SystemExit(f"kernel {' '.join(map(str, args))}: exit {process.returncode}\n{errors}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, process.returncode
+
+
+def main(argv: list[str]) -> int:
+    sizes = [int(a) for a in argv] or [1000, 4000]
+    print(f"python {sys.version.split()[0]}, nproc {os.cpu_count()}; sizes {sizes}")
+    print(f"{'attempts':>9} {'step':>7} {'wall s':>8} {'cpu s':>8} {'peak MiB':>9} "
+          f"{'cpu/attempt ms':>15} {'cpu ratio':>10}")
+    previous: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="kernel-scale-") as tmp:
+        directory = Path(tmp)
+        for size in sizes:
+            draft = _draft(directory, size)
+            bundle = directory / f"bundle-{size}.jsonl"
+            outcomes = directory / f"outcomes-{size}.jsonl"
+            steps = {
+                "bundle": ("bundle", draft, "--layout", "stream", "--out", bundle),
+                "replay": ("replay", bundle, "--quiet", "--out", outcomes),
+            }
+            for step, args in steps.items():
+                wall, cpu, rss, _ = _measured(*args)
+                ratio = f"{cpu / previous[step]:.1f}x" if step in previous else "-"
+                previous[step] = cpu
+                print(f"{size:>9} {step:>7} {wall:>8.1f} {cpu:>8.1f} {rss / 1024:>9.0f} "
+                      f"{cpu / size * 1000:>15.2f} {ratio:>10}", flush=True)
+            lines = sum(1 for _ in outcomes.open("rb"))
+            assert lines == size, (lines, size)
+            for path in (draft, bundle, outcomes):
+                path.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

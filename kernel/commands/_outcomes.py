@@ -1,0 +1,300 @@
+"""Reading bundles (either layout) and streaming outcomes, shared by ``replay`` and ``run``.
+
+- ``open_bundle`` reads a single-document bundle or a bundle stream from a
+  path or stdin and returns how many attempts it holds and an iterator over
+  them, in run order; envelope defects are refused (exit 2) before anything
+  is classified, except lines after the last attempt, found at the end.
+- ``Emitter`` takes each outcome as it is decided: writes its outcome line
+  (``--out FILE`` atomically, or stdout with ``--format jsonl``), counts it,
+  advances the progress bar; ``finish`` prints the summary and the one-line
+  verdict and returns the exit code (``kernel.commands._verdict``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from kernel.bundles import (
+    BUNDLE_LIMITS,
+    BundleStreamError,
+    BundleStreamReader,
+    ReadyAttempt,
+    RefusedAttempt,
+    document_attempts,
+    outcome_line,
+)
+from kernel.commands._io import OutputFile, bounded_lines, is_stdio, open_input, refuse
+from kernel.commands._verdict import (
+    FAIL_ON_CHOICES,
+    FailOn,
+    Listed,
+    Tally,
+    classes_of,
+    parse_fail_on,
+)
+from kernel.identity import JsonValue
+from kernel.replay import ReplayAdapterOutcome, ReplayAdapterRefusal, ReplayBundle
+from kernel.serde import SerdeError, parse_json, structure
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+Attempt = ReadyAttempt | RefusedAttempt
+
+
+class OutputFormat(Enum):
+    """What stdout carries: a human summary, one summary document, or the outcome lines."""
+
+    TABLE = "table"
+    JSON = "json"
+    JSONL = "jsonl"
+
+
+def open_bundle(path: Path) -> tuple[int, str, Iterator[Attempt]]:
+    """``(attempt count, run id, attempts in run order)`` from a bundle in either layout."""
+    handle = open_input(path)
+    limit = max(BUNDLE_LIMITS.document_bytes, BUNDLE_LIMITS.line_bytes)
+    lines = bounded_lines(handle, limit)
+    first = next(lines, b"")
+    if first is None:
+        refuse("document_too_large", f"{path}: more than {limit} bytes")
+    try:  # parsed once: the first line is a stream's header or (usually) the whole document
+        head: JsonValue | SerdeError = parse_json(first, max_depth=BUNDLE_LIMITS.depth)
+    except SerdeError as exc:
+        head = exc
+    if isinstance(head, dict) and "format" in head:
+        return _open_stream(path, first, lines)
+    rest = handle.read(BUNDLE_LIMITS.document_bytes + 1 - len(first))
+    try:
+        if rest.strip():  # a document over several lines: parse it whole
+            data = first + b"\n" + rest
+            if len(data) > BUNDLE_LIMITS.document_bytes:
+                refuse("document_too_large",
+                       f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
+            head = parse_json(data, max_depth=BUNDLE_LIMITS.depth)
+        if isinstance(head, SerdeError):
+            raise head
+        bundle = structure(head, ReplayBundle)
+    except SerdeError as exc:
+        refuse(exc.code, f"{path}: {exc.message}")
+    try:
+        attempts = tuple(document_attempts(bundle))
+    except ValueError as exc:
+        refuse("bundle_shape_invalid", f"{path}: {exc}")
+    return len(attempts), bundle.chain.run.run_id, iter(attempts)
+
+
+def _open_stream(
+    path: Path, first: bytes, lines: Iterator[bytes | None]
+) -> tuple[int, str, Iterator[Attempt]]:
+    reader = BundleStreamReader()
+    try:
+        reader.feed(first)
+        while not reader.run_ready:
+            line = next(lines, b"<eof>")
+            if line == b"<eof>":
+                reader.finish()  # raises: the run is incomplete
+            if line is None:
+                reader.feed_oversized()
+            else:
+                reader.feed(line)
+    except BundleStreamError as exc:
+        refuse(exc.code, f"{path}: {exc.message}")
+    count = reader.attempt_count or 0
+
+    def attempts() -> Iterator[Attempt]:
+        for line in lines:
+            item = reader.feed_oversized() if line is None else reader.feed(line)
+            if item is not None:
+                yield item
+        yield from reader.finish()
+
+    return count, reader.run_id or "", attempts()
+
+
+def _progress(enabled: bool, label: str) -> AbstractContextManager[Progress | None]:
+    if not enabled:
+        return nullcontext(None)
+    # rich is imported only when a bar is drawn (start-up cost, ADR 0013).
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("attempts"),
+        TimeElapsedColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), transient=True,
+    )
+
+
+class Emitter:
+    """Outcomes in, as they are decided: lines out, counts kept, verdict at the end."""
+
+    def __init__(
+        self,
+        *,
+        out: Path | None,
+        output_format: OutputFormat,
+        quiet: bool,
+        verbose: bool,
+        fail_on: frozenset[FailOn],
+        total: int,
+        label: str,
+        explain: Callable[[int, str | None, ReplayAdapterOutcome], str | None] | None = None,
+    ) -> None:
+        self.format = output_format
+        self.quiet = quiet
+        self.verbose = verbose
+        self.tally = Tally(fail_on)
+        self.total = total
+        self.explain = explain
+        self._file = None if out is None or is_stdio(out) else OutputFile(out)
+        self._stdout_lines = output_format is OutputFormat.JSONL
+        self._bar_cm = _progress(not quiet and sys.stderr.isatty() and total > 0, label)
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> Emitter:
+        self._bar = self._bar_cm.__enter__()
+        if self._bar is not None:
+            self._task = self._bar.add_task("attempts", total=self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar_cm.__exit__(None, None, None)
+        if self._file is not None:
+            self._file.discard()  # not committed: an error or an interrupt
+
+    def add(self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome) -> None:
+        line = outcome_line(index, attempt_id, outcome)
+        if self._file is not None:
+            self._file.write(line)
+        if self._stdout_lines:
+            sys.stdout.buffer.write(line)
+        cause = None
+        if classes_of(outcome):  # the cause is looked up only for what did not close
+            cause = (self.explain or default_cause)(index, attempt_id, outcome)
+        listed = self.tally.add(index, attempt_id, outcome, cause)
+        if self.verbose and self.format is OutputFormat.TABLE:
+            self._row(index, attempt_id, outcome, listed)
+        if self._bar is not None and self._task is not None:
+            self._bar.advance(self._task)
+
+    def _row(self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome,
+             listed: Listed | None) -> None:
+        from kernel.commands._verdict import outcome_id
+
+        reasons = ",".join(outcome.reason_codes) or "-"
+        cause = f" cause={listed.cause}" if listed is not None and listed.cause else ""
+        typer.echo(f"{index:>6} {outcome.replay_disposition.value:<34} "
+                   f"attempt={attempt_id or '-'} outcome={outcome_id(outcome)} "
+                   f"reasons={reasons}{cause}")
+
+    def finish(self) -> int:
+        """Commit the outcome file, print the summary and verdict; the exit code."""
+        if self._file is not None:
+            self._file.commit()
+        sys.stdout.flush()
+        tally = self.tally
+        match self.format:
+            case OutputFormat.TABLE:
+                if not self.quiet:
+                    typer.echo(self._summary(), nl=False)
+            case OutputFormat.JSON:
+                typer.echo(json.dumps(tally.summary_json(), sort_keys=True,
+                                      separators=(",", ":")))
+            case OutputFormat.JSONL:
+                pass
+        if not self.quiet:
+            typer.echo(tally.verdict_line(), err=True)
+        return tally.exit_code
+
+    def _summary(self) -> str:
+        tally = self.tally
+        width = max((len(d) for d in tally.counts), default=0)
+        text = [f"{tally.total} attempts (run order)"]
+        text += [f"  {d:<{width}}  {n}" for d, n in sorted(tally.counts.items())]
+        if tally.listed:
+            text.append("not closed:")
+        for entry in tally.listed:
+            text.append(
+                f"  #{entry.attempt_index} {entry.disposition} [{','.join(entry.classes)}] "
+                f"attempt {entry.attempt_id or '-'}"
+            )
+            text.append(f"      outcome {entry.outcome_id}")
+            text.append(f"      reasons {', '.join(entry.reason_codes) or '-'}")
+            if entry.cause:
+                text.append(f"      cause   {entry.cause}")
+        if tally.unlisted:
+            text.append(f"  ... and {tally.unlisted} more (--format jsonl lists every outcome)")
+        return "\n".join(text) + "\n"
+
+
+def stream_error(path: Path, exc: BundleStreamError) -> None:
+    """An envelope defect found after outcomes were streamed: refuse (exit 2)."""
+    refuse(exc.code, f"{path}: {exc.message}")
+
+
+# --- the options ``replay`` and ``run`` share ------------------------------------
+
+OutOption = Annotated[Path | None, typer.Option(
+    "--out", "-o", metavar="FILE",
+    help="Write the outcome lines (JSON Lines, run order) to FILE, atomically; "
+         "'-' for stdout (same as --format jsonl).")]
+FormatOption = Annotated[OutputFormat | None, typer.Option(
+    "--format", "-f",
+    help="stdout: table (a summary: counts per disposition, each attempt that did not "
+         "close with full ids), json (the summary as one JSON document) or jsonl "
+         "(one outcome line per attempt, as it is decided).")]
+FailOnOption = Annotated[list[str] | None, typer.Option(
+    "--fail-on", metavar="CLASS[,CLASS]",
+    help=f"Exit 1 when an outcome falls in CLASS ({FAIL_ON_CHOICES}); repeatable or "
+         "comma-separated. integrity (exit 3) is always selected. See README 'Exit codes'.")]
+QuietOption = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="No summary, verdict line, progress bar or notes on stderr.")]
+VerboseOption = Annotated[bool, typer.Option(
+    "--verbose", "-v", help="With --format table: one row per attempt as it is decided.")]
+
+
+def resolve_output(out: Path | None, output_format: OutputFormat | None) -> OutputFormat:
+    """``--out -`` means the outcome lines on stdout; any other stdout format conflicts."""
+    if is_stdio(out):
+        if output_format not in (None, OutputFormat.JSONL):
+            refuse("conflicting_options", "--out - writes the outcome lines to stdout; "
+                   f"it cannot be combined with --format {output_format.value}")
+        return OutputFormat.JSONL
+    return output_format or OutputFormat.TABLE
+
+
+def fail_on_classes(
+    values: list[str] | None, default: tuple[FailOn, ...] = ()
+) -> frozenset[FailOn]:
+    """The classes ``--fail-on`` selects (``default`` when it is not given); integrity always."""
+    try:
+        chosen = parse_fail_on(values)
+    except ValueError as exc:
+        refuse("invalid_fail_on", str(exc))
+    return chosen if values else chosen | frozenset(default)
+
+
+def default_cause(
+    _index: int, _attempt_id: str | None, outcome: ReplayAdapterOutcome
+) -> str | None:
+    """A refusal's own explanation (it names the check that failed); none for a result."""
+    if isinstance(outcome, ReplayAdapterRefusal):
+        return outcome.explanation
+    return None
