@@ -54,6 +54,7 @@ from kernel.identity import (
 __all__ = [
     "MAX_DEPTH",
     "MAX_DOCUMENT_BYTES",
+    "OPTIONAL_ON_INPUT",
     "SerdeError",
     "dumps",
     "loads",
@@ -64,6 +65,13 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: attrs field metadata key. A field marked ``{OPTIONAL_ON_INPUT: True}`` may be
+#: left out of an input document (its default applies). Only for documents the
+#: project itself defines with an optional policy field (the external manifest's
+#: ``required_containment``, ADR 0009); never for a record of the seeds, which
+#: define every field (ADR 0011).
+OPTIONAL_ON_INPUT: Final = "kernel.optional_on_input"
 
 MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
 MAX_DEPTH: Final = 64
@@ -395,7 +403,11 @@ def make_converter() -> cattrs.Converter:
 
     def attrs_factory(tp: Any, c: cattrs.Converter) -> Callable[[Any, type], Any]:
         inner = make_dict_structure_fn(tp, c, _cattrs_forbid_extra_keys=True)
-        fields = tuple((a.alias or a.name, a.type) for a in attrs.fields(tp))
+        fields = tuple(
+            (a.alias or a.name, a.type)
+            for a in attrs.fields(tp)
+            if not a.metadata.get(OPTIONAL_ON_INPUT)
+        )
 
         def hook(value: Any, t: type) -> Any:
             if type(value) is not dict:

@@ -11,7 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel.frames import ProblemFrame, SourceSpan
-from kernel.serde import MAX_DEPTH, SerdeError, _max_depth, dumps, loads, parse_json
+from kernel.serde import (
+    MAX_DEPTH,
+    OPTIONAL_ON_INPUT,
+    SerdeError,
+    _max_depth,
+    dumps,
+    loads,
+    parse_json,
+)
 
 GOOD_SPAN = b'{"start": 1, "end": 3}'
 
@@ -139,3 +147,35 @@ def test_the_depth_pre_scan_equals_the_parsed_depth(value: object) -> None:
     data = json.dumps(value).encode()
     assert _max_depth(data) == _depth(value)
     assert _max_depth(json.dumps(value, ensure_ascii=False).encode()) == _depth(value)
+
+
+@attrs.frozen
+class _Policy:
+    name: str
+    note: str = ""
+    level: str | None = attrs.field(default=None, metadata={OPTIONAL_ON_INPUT: True})
+
+
+def test_only_a_field_marked_optional_on_input_may_be_left_out() -> None:
+    # A marked field takes its default when absent; an ordinary defaulted
+    # field is still required (every seed record defines every field).
+    assert loads(b'{"name":"a","note":""}', _Policy) == _Policy("a", "", None)
+    assert loads(b'{"name":"a","note":"","level":"x"}', _Policy) == _Policy("a", "", "x")
+    with pytest.raises(SerdeError) as refused:
+        loads(b'{"name":"a"}', _Policy)
+    assert "note" in str(refused.value)
+
+
+def test_an_external_manifest_may_omit_required_containment() -> None:
+    from kernel.external import ContainmentLevel, parse_manifest
+
+    command = {"argv": ["/usr/bin/true"], "executable": {"path": "/usr/bin/true",
+               "sha256": "0" * 64}, "dependencies": [], "trusted_tool_dependencies": []}
+    entry = {"check_id": "c", "claim": {"specification": "spec.txt", "obligations": ["o"],
+             "assumptions": [], "model_scope": "m"}, "assurance": "a", "inputs": [],
+             "evidence_artifacts": ["e.txt"], "producer": command, "checker": command}
+    for extra, expected in (({}, None), ({"required_containment": "namespace"},
+                                          ContainmentLevel.NAMESPACE)):
+        document = json.dumps({"schema_version": 1, "checks": [{**entry, **extra}]})
+        (check,) = parse_manifest(parse_json(document.encode())).checks
+        assert check.required_containment is expected

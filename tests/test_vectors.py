@@ -166,10 +166,12 @@ def test_replay_case_is_what_kernel_replay_writes(case: dict[str, Any]) -> None:
     bundle = ROOT / case["bundle"]
     assert hashlib.sha256(bundle.read_bytes()).hexdigest() == case["bundle_sha256"]
     result = subprocess.run(
-        [str(KERNEL), "replay", str(bundle), "--quiet"], capture_output=True, check=False
+        [str(KERNEL), "replay", str(bundle), "--format", "jsonl", "--quiet"],
+        capture_output=True, check=False,
     )
-    # 0 or 1 (a verdict); 2 would be a refusal at the boundary, with nothing written.
-    assert result.returncode in (0, 1), result.stderr
+    # 0, 1 (a verdict) or 3 (integrity: a forged attempt in the bundle); 2 would
+    # be a refusal at the boundary, with nothing written.
+    assert result.returncode in (0, 1, 3), result.stderr
     assert result.stdout.decode("utf-8").splitlines() == case["outcome_lines"]
 
 

@@ -379,8 +379,8 @@ export const PAYLOADS = {
     ["evidence_spans", spans(get(r, "evidence_spans"))],
   ])],
   refusal: ["replay_refusal_id", (r) => blanked("replay_refusal_id", r, [
-    "replay_policy_version", "input_digest", "run_id", "attempt_id", "candidate_digest",
-    "replay_disposition", "reason_codes",
+    "replay_policy_version", "input_digest", "run_id", "attempt_id", "attempt_index",
+    "candidate_digest", "replay_disposition", "reason_codes",
   ])],
   // Seed 000: a request or receipt id hashes every other field of the record.
   verification_request: ["request_id", (r) => without(r, "request_id")],
@@ -497,8 +497,12 @@ function main(argv) {
     if (lines.length !== inputs.length) fail(where, `${lines.length} outcome lines for ${inputs.length} attempts`);
     lines.forEach((line, i) => {
       const lineBytes = new TextEncoder().encode(line);
-      const outcome = parseStrict(lineBytes);
-      if (toHex(canonical(outcome)) !== toHex(lineBytes)) fail(`${where} line ${i + 1}`, "not canonical JSON");
+      // ADR 0013: a line is {"attempt_id", "attempt_index", "outcome"}.
+      const envelope = parseStrict(lineBytes);
+      if (toHex(canonical(envelope)) !== toHex(lineBytes)) fail(`${where} line ${i + 1}`, "not canonical JSON");
+      if ([...envelope.keys()].sort().join(",") !== "attempt_id,attempt_index,outcome") fail(`${where} line ${i + 1}`, "not an outcome envelope");
+      if (Number(get(envelope, "attempt_index")) !== i) fail(`${where} line ${i + 1}`, "attempt_index is not the line's position");
+      const outcome = get(envelope, "outcome");
       const kind = outcome.has("replay_result_id") ? "result" : "refusal";
       const [idField, payloadOf] = PAYLOADS[kind];
       if (digest(payloadOf(outcome)) !== get(outcome, idField)) fail(`${where} line ${i + 1}`, `${idField} does not reproduce`);

@@ -237,8 +237,10 @@ def _constant(value: JsonValue) -> Callable[[object], JsonValue]:
 def outcome_records(source: str, lines: list[str]) -> Iterator[Entry]:
     from kernel.replay import ReplayAdapterRefusal, ReplayAdapterResult
 
-    for i, line in enumerate(lines):
-        value = json.loads(line)
+    for i, envelope_line in enumerate(lines):
+        # ADR 0013: each line wraps the outcome record with its attempt.
+        value = json.loads(envelope_line)["outcome"]
+        line = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
         as_line = _constant(value)
         if "replay_result_id" in value:
             result = loads(line.encode(), ReplayAdapterResult)
@@ -300,19 +302,21 @@ def non_bmp_draft() -> bytes:
 
 def _run(*args: str) -> bytes:
     result = subprocess.run([str(KERNEL), *args], capture_output=True, check=False)
-    if result.returncode not in (0, 1):
+    # 0 intact, 1 a --fail-on verdict, 3 integrity (the shipped example carries
+    # one forged reconstruction on purpose): all three write every outcome line.
+    if result.returncode not in (0, 1, 3):
         sys.exit(f"kernel {' '.join(args)} failed ({result.returncode}): {result.stderr.decode()}")
     return result.stdout
 
 
 def replay_case(name: str, bundle_rel: str, bundle_path: Path) -> Entry:
-    stdout = _run("replay", str(bundle_path), "--quiet")
+    stdout = _run("replay", str(bundle_path), "--format", "jsonl", "--quiet")
     return {
         "name": name,
         "bundle": bundle_rel,
         "bundle_sha256": hashlib.sha256(bundle_path.read_bytes()).hexdigest(),
         "manifest": "builtin.v1",
-        "command": ["kernel", "replay", bundle_rel],
+        "command": ["kernel", "replay", bundle_rel, "--format", "jsonl"],
         "outcome_lines": stdout.decode("utf-8").splitlines(),
     }
 

@@ -37,7 +37,7 @@ from cattrs.v import format_exception
 from kernel.external._contain import ContainmentLevel
 from kernel.external.errors import ManifestError
 from kernel.identity import JsonValue, is_digest
-from kernel.serde import SerdeError, make_converter, parse_json
+from kernel.serde import OPTIONAL_ON_INPUT, SerdeError, make_converter, parse_json
 
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
@@ -228,7 +228,9 @@ class CheckEntry:
     checker: Command
     # The weakest containment (ADR 0009) this check may run under; None: any.
     # Absent from a document means None, and then absent from identity(check).
-    required_containment: ContainmentLevel | None = None
+    required_containment: ContainmentLevel | None = attrs.field(
+        default=None, metadata={OPTIONAL_ON_INPUT: True}
+    )
 
     def declared_inputs(self) -> tuple[str, ...]:
         """The specification (always included) followed by the other inputs."""
