@@ -1,0 +1,305 @@
+"""What a replay refusal says, word for word, for each named guard (issue 12.6).
+
+The replay adapter tests check each refusal's disposition and reason code;
+mutation testing (``make mutate``, RELIABILITY.md) showed that the one-line
+explanation an operator reads could be emptied, upper-cased or swapped for
+another guard's without any test noticing. Each case here alters one record
+through the public API (resealing with the test's own reference hasher where
+the alteration must get past an earlier guard) and asserts the whole
+explanation: ``disposition: reason_code: detail``. The refusal's id is
+recomputed with ``tests/reference.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from kernel.replay import (
+    CONTRACT_PROOF_REPLAY_POLICY_VERSION,
+    ReplayAdapterRefusal,
+    ReplayDisposition,
+    ReplayRequest,
+    refuse_malformed_attempt,
+)
+from kernel.upstream import build_chain
+from tests import reference as ref
+from tests.replay_fixtures import (
+    CLOSING,
+    CONTRACT_REFUSING,
+    ORIGINAL,
+    PROOF_REFUSING,
+    CallLog,
+    request_for,
+    toy_assessment,
+    toy_manifest,
+)
+from tests.test_replay_adapter import reseal_input, run, valid_request
+
+D = ReplayDisposition
+IDENTITY = D.CANDIDATE_IDENTITY_MISMATCH.value
+
+
+def explanation(request: object) -> str:
+    outcome = run(request)
+    assert isinstance(outcome, ReplayAdapterRefusal), outcome
+    assert outcome.replay_refusal_id == ref.refusal_id(outcome)
+    assert outcome.replay_policy_version == CONTRACT_PROOF_REPLAY_POLICY_VERSION
+    disposition, code, _ = outcome.explanation.split(": ", 2)
+    # The explanation restates the structural fields it accompanies.
+    assert (disposition, (code,)) == (outcome.replay_disposition.value, outcome.reason_codes)
+    return outcome.explanation
+
+
+def _upstream(**kwargs: Any) -> ReplayRequest:
+    chain = build_chain(
+        ORIGINAL,
+        toy_assessment(ORIGINAL),
+        [_draft(CLOSING)],
+        operator_set_id="toy.ops",
+        operator_set_version="v1",
+        **kwargs,
+    )
+    return request_for(chain, toy_manifest(CallLog()))
+
+
+def _draft(frame: Any) -> Any:
+    from kernel.upstream import CandidateDraft
+
+    return CandidateDraft(frame, "op.rewrite", "v1")
+
+
+def _schema(name: str, version: str) -> Callable[[ReplayRequest], ReplayRequest]:
+    def change(request: ReplayRequest) -> ReplayRequest:
+        versions = dict(request.replay_input.schema_versions)
+        versions[name] = version
+        return reseal_input(request, schema_versions=tuple(sorted(versions.items())))
+
+    return change
+
+
+def _rec(**changes: Any) -> Callable[[ReplayRequest], ReplayRequest]:
+    def change(request: ReplayRequest) -> ReplayRequest:
+        return attrs.evolve(
+            request, reconstruction=attrs.evolve(request.reconstruction, **changes)
+        )
+
+    return change
+
+
+def _resealed_rec(**changes: Any) -> Callable[[ReplayRequest], ReplayRequest]:
+    def change(request: ReplayRequest) -> ReplayRequest:
+        rec = attrs.evolve(request.reconstruction, **changes)
+        rec = attrs.evolve(rec, candidate_reconstruction_digest=ref.reconstruction_digest(rec))
+        return reseal_input(
+            attrs.evolve(request, reconstruction=rec),
+            candidate_reconstruction_digest=rec.candidate_reconstruction_digest,
+        )
+
+    return change
+
+
+def _forged_sibling(request: ReplayRequest) -> ReplayRequest:
+    siblings = request.run.candidate_attempts
+    forged = attrs.evolve(siblings[1], attempt_id="e" * 64)
+    return attrs.evolve(
+        request, run=attrs.evolve(request.run, candidate_attempts=(siblings[0], forged))
+    )
+
+
+INVALID = D.INVALID_REPLAY_INPUT.value
+POLICY = D.UNSUPPORTED_REPLAY_POLICY.value
+SCHEMA = D.UNSUPPORTED_SCHEMA_VERSION.value
+
+# name -> (how to build the request, the whole expected explanation)
+CASES: dict[str, tuple[Callable[[], object], str]] = {
+    "not_a_request": (
+        lambda: 42,
+        f"{INVALID}: request_not_a_replay_request: expected a ReplayRequest, got int",
+    ),
+    "field_wrong_type": (
+        lambda: attrs.evolve(valid_request(), gate="gate"),  # type: ignore[arg-type]  # the defect
+        f"{INVALID}: request_field_wrong_type: gate must be SearchGateDecision, got str",
+    ),
+    "residuals_a_list": (
+        lambda: attrs.evolve(
+            valid_request(), residuals=list(valid_request().residuals)  # type: ignore[arg-type]
+        ),
+        f"{INVALID}: request_field_wrong_type: residuals must be a tuple of ContractResidual",
+    ),
+    "schema_versions_unsorted": (
+        lambda: reseal_input(
+            valid_request(),
+            schema_versions=tuple(reversed(valid_request().replay_input.schema_versions)),
+        ),
+        f"{INVALID}: schema_versions_not_canonical: "
+        "schema_versions must hold unique names in ascending order",
+    ),
+    "schema_versions_missing": (
+        lambda: reseal_input(
+            valid_request(), schema_versions=valid_request().replay_input.schema_versions[2:]
+        ),
+        f"{INVALID}: schema_version_missing: schema_versions lacks "
+        + ", ".join(name for name, _ in valid_request().replay_input.schema_versions[:2]),
+    ),
+    "replay_policy": (
+        lambda: reseal_input(valid_request(), replay_policy_version="contract_proof_replay.v2"),
+        f"{POLICY}: replay_policy_unsupported: "
+        "replay policy 'contract_proof_replay.v2' is not supported",
+    ),
+    "run_policy": (
+        lambda: _upstream(run_policy_version="geometric_search_run.v9"),
+        f"{POLICY}: run_policy_unsupported: "
+        "run policy 'geometric_search_run.v9' is not supported",
+    ),
+    "gate_policy": (
+        lambda: _upstream(gate_policy_version="search_gate.v9"),
+        f"{POLICY}: gate_policy_unsupported: gate policy 'search_gate.v9' is not supported",
+    ),
+    "budget_policy": (
+        lambda: _upstream(budget_policy_version="compute_budget.v9"),
+        f"{POLICY}: budget_policy_unsupported: "
+        "budget policy 'compute_budget.v9' is not supported",
+    ),
+    "schema_unknown": (
+        lambda: _schema("zz_unknown_record", "v1")(valid_request()),
+        f"{SCHEMA}: schema_unknown: schema 'zz_unknown_record' is not known to this adapter",
+    ),
+    "schema_version": (
+        lambda: _schema("candidate_attempt", "v2")(valid_request()),
+        f"{SCHEMA}: schema_version_unsupported: "
+        "schema 'candidate_attempt' version 'v2' is not supported",
+    ),
+    "run_id": (
+        lambda: reseal_input(valid_request(), run_id=valid_request(PROOF_REFUSING).run.run_id),
+        f"{IDENTITY}: run_id_mismatch: run_id does not reproduce from the supplied run",
+    ),
+    "run_attempts": (
+        lambda: _forged_sibling(valid_request(CLOSING, CLOSING)),
+        f"{IDENTITY}: run_attempts_inconsistent: "
+        "an attempt of the run does not reproduce its id, position, run or input",
+    ),
+    "index_out_of_range": (
+        lambda: reseal_input(valid_request(), attempt_index=5),
+        f"{IDENTITY}: attempt_index_out_of_range: attempt_index 5 is outside the run's 1 attempts",
+    ),
+    "not_at_index": (
+        lambda: reseal_input(valid_request(CLOSING, CONTRACT_REFUSING), attempt_index=1),
+        f"{IDENTITY}: attempt_not_at_index: the attempt at index 1 is not the supplied attempt",
+    ),
+    "attempt_id": (
+        lambda: reseal_input(
+            valid_request(CLOSING, CLOSING),
+            attempt_id=valid_request(CLOSING, CLOSING).run.candidate_attempts[1].attempt_id,
+        ),
+        f"{IDENTITY}: attempt_id_mismatch: "
+        "the input's attempt_id is not the supplied attempt's reproduced id",
+    ),
+    "original_frame": (
+        lambda: _rec(original_problem_frame_digest="a" * 64)(valid_request()),
+        f"{IDENTITY}: original_frame_mismatch: "
+        "reconstruction does not bind back to the original problem frame",
+    ),
+    "frame_digest": (
+        lambda: _rec(candidate_problem_frame_digest="b" * 64)(valid_request()),
+        f"{IDENTITY}: candidate_frame_digest_mismatch: "
+        "candidate_problem_frame_digest does not reproduce",
+    ),
+    "source_text": (
+        lambda: valid_request(
+            attrs.evolve(CLOSING, source_text=CLOSING.source_text + " And 9 plums.")
+        ),
+        f"{IDENTITY}: candidate_source_text_altered: the candidate alters the source text",
+    ),
+    "candidate_digest": (
+        lambda: _rec(candidate_digest="d" * 64)(valid_request()),
+        f"{IDENTITY}: candidate_digest_mismatch: "
+        "candidate_digest does not reproduce from the candidate content",
+    ),
+    "reconstruction_digest": (
+        lambda: _rec(candidate_reconstruction_digest="c" * 64)(valid_request()),
+        f"{IDENTITY}: reconstruction_digest_mismatch: "
+        "candidate_reconstruction_digest does not reproduce",
+    ),
+    "operator": (
+        lambda: _resealed_rec(operator_version="v2")(valid_request()),
+        f"{IDENTITY}: operator_mismatch: operator id/version differ from the attempt's",
+    ),
+    "operator_set": (
+        lambda: reseal_input(valid_request(), operator_set_version="v9"),
+        f"{IDENTITY}: operator_set_mismatch: operator set differs from the run's",
+    ),
+    "problem_frame_chain": (
+        lambda: reseal_input(valid_request(), problem_frame_digest="a" * 64),
+        f"{IDENTITY}: problem_frame_chain_mismatch: "
+        "problem frame identity differs along the chain",
+    ),
+    "assessment_id": (
+        lambda: attrs.evolve(
+            valid_request(), assessment=attrs.evolve(valid_request().assessment, runnable=True)
+        ),
+        f"{IDENTITY}: assessment_id_mismatch: the original assessment's id does not reproduce",
+    ),
+    "assessment_chain": (
+        lambda: reseal_input(valid_request(), original_contract_assessment_id="a" * 64),
+        f"{IDENTITY}: assessment_chain_mismatch: assessment identity differs along the chain",
+    ),
+    "residual_chain": (
+        lambda: reseal_input(valid_request(), residual_ids=()),
+        f"{IDENTITY}: residual_chain_mismatch: "
+        "residuals do not reproduce from the assessment or differ along the chain",
+    ),
+    "gate_chain": (
+        lambda: reseal_input(valid_request(), gate_decision_id="a" * 64),
+        f"{IDENTITY}: gate_chain_mismatch: gate decision does not reproduce or bind the chain",
+    ),
+    "budget_chain": (
+        lambda: reseal_input(valid_request(), budget_id="a" * 64),
+        f"{IDENTITY}: budget_chain_mismatch: "
+        "budget decision does not reproduce or bind the gate",
+    ),
+    "over_budget": (
+        lambda: request_for(
+            build_chain(
+                ORIGINAL,
+                toy_assessment(ORIGINAL),
+                [_draft(CLOSING), _draft(CLOSING)],
+                operator_set_id="toy.ops",
+                operator_set_version="v1",
+                max_attempts=1,
+            ),
+            toy_manifest(CallLog()),
+        ),
+        f"{IDENTITY}: run_exceeds_budget: the run holds more attempts than its budget granted",
+    ),
+    "organ": (
+        lambda: reseal_input(valid_request(), candidate_organ="other"),
+        f"{IDENTITY}: candidate_organ_mismatch: candidate_organ differs from the assessment's",
+    ),
+    "input_digest": (
+        lambda: attrs.evolve(
+            valid_request(),
+            replay_input=attrs.evolve(valid_request().replay_input, input_digest="a" * 64),
+        ),
+        f"{IDENTITY}: input_digest_mismatch: input_digest does not reproduce",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_guard_explains_its_refusal(case: str) -> None:
+    build, expected = CASES[case]
+    assert explanation(build()) == expected
+
+
+def test_a_malformed_attempt_is_refused_at_its_index_with_the_detail() -> None:
+    refusal = refuse_malformed_attempt(3, "inputs[3]: missing field run_id")
+    assert refusal.attempt_index == 3
+    assert refusal.replay_refusal_id == ref.refusal_id(refusal)
+    assert refusal.explanation == (
+        f"{INVALID}: attempt_malformed: attempt 3: inputs[3]: missing field run_id"
+    )
+    assert (refusal.input_digest, refusal.run_id, refusal.attempt_id) == (None, None, None)
