@@ -20,10 +20,20 @@ import pytest
 
 from kernel.replay import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
+    AuthorityManifest,
+    ContractAuthority,
+    NoProofObligationsApplicable,
+    ProofAuthority,
+    ProofContext,
+    ProofEvidence,
+    ProofObligations,
+    ProofOutcome,
+    ProofStatus,
     ReplayAdapterRefusal,
     ReplayDisposition,
     ReplayRequest,
     refuse_malformed_attempt,
+    seal_proof_outcome,
 )
 from kernel.upstream import build_chain
 from tests import reference as ref
@@ -303,3 +313,122 @@ def test_a_malformed_attempt_is_refused_at_its_index_with_the_detail() -> None:
         f"{INVALID}: attempt_malformed: attempt 3: inputs[3]: missing field run_id"
     )
     assert (refusal.input_digest, refusal.run_id, refusal.attempt_id) == (None, None, None)
+
+
+# --- the authority manifest and proof records refuse what could disarm replay -----------
+
+
+def _contract() -> ContractAuthority:
+    return ContractAuthority("toy.contract", "v1", lambda frame: toy_assessment(frame))
+
+
+def _prover() -> ProofAuthority:
+    return ProofAuthority("toy.prover", "v1", lambda context: _never(context))
+
+
+def _never(context: ProofContext) -> ProofOutcome:
+    raise AssertionError("a manifest under construction never proves anything")
+
+
+def _manifest(**changes: Any) -> AuthorityManifest:
+    fields: dict[str, Any] = {
+        "manifest_version": "m.v1",
+        "contract_authorities": {"toy": _contract()},
+        "proof_policies": {"toy": ProofObligations(("p1", "p2")), "bare": NO_PROOFS},
+        "proof_authorities": {"p1": _prover(), "p2": _prover()},
+    }
+    fields.update(changes)
+    return AuthorityManifest(**fields)
+
+
+NO_PROOFS = NoProofObligationsApplicable("none.v1")
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        (
+            {"proof_authorities": {"p1": _prover()}},
+            ValueError,
+            "organ 'toy' declares 'p2' with no authority",
+        ),
+        (
+            {"contract_authorities": {"toy": _prover()}},
+            TypeError,
+            "contract authority for 'toy' is ProofAuthority",
+        ),
+        (
+            {"contract_authorities": {1: _contract()}},
+            TypeError,
+            "contract authority for 1 is ContractAuthority",
+        ),
+        (
+            {"proof_policies": {"toy": ("p1",)}},
+            TypeError,
+            "proof policy for 'toy' is tuple",
+        ),
+        (
+            {"proof_authorities": {"p1": _prover(), "p2": _contract()}},
+            TypeError,
+            "proof authority for 'p2' is ContractAuthority",
+        ),
+    ],
+)
+def test_an_authority_manifest_refuses_what_it_cannot_honour(
+    changes: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    manifest = _manifest()  # the unchanged fields are a valid manifest
+    assert manifest.contract_authorities["toy"].target == "toy.contract@v1"
+    with pytest.raises(error) as raised:
+        _manifest(**changes)
+    assert str(raised.value) == message
+
+
+def test_a_proof_policy_is_a_non_empty_list_of_distinct_refs() -> None:
+    with pytest.raises(ValueError) as raised:
+        ProofObligations(())
+    assert str(raised.value) == "use NoProofObligationsApplicable to declare an empty policy"
+    with pytest.raises(ValueError) as raised:
+        ProofObligations(("p1", "p2", "p1"))
+    assert str(raised.value) == "obligation refs must be unique"
+    assert ProofObligations(("p2", "p1")).refs == ("p2", "p1")
+
+
+def test_proof_evidence_is_opaque_bytes() -> None:
+    with pytest.raises(TypeError) as raised:
+        ProofEvidence("p1", "application/json", "{}")  # type: ignore[arg-type]  # the defect
+    assert str(raised.value) == "document must be bytes, got str"
+    assert ProofEvidence("p1", "application/json", b"{}").document == b"{}"
+
+
+def test_a_sealed_proof_outcome_binds_its_context() -> None:
+    request = valid_request()
+    context = ProofContext(
+        obligation_ref="toy.p1",
+        candidate_digest=request.reconstruction.candidate_digest,
+        candidate_frame=CLOSING,
+        contract_replay=toy_assessment(CLOSING),
+    )
+    outcome = seal_proof_outcome(
+        context=context,
+        authority_id="toy.prover",
+        authority_version="v3",
+        status=ProofStatus.REFUSED,
+        reason_codes=("counterexample",),
+        explanation="x = 2 refutes it",
+    )
+    assert (outcome.obligation_ref, outcome.candidate_digest) == (
+        "toy.p1",
+        request.reconstruction.candidate_digest,
+    )
+    assert (outcome.authority_id, outcome.authority_version, outcome.status) == (
+        "toy.prover",
+        "v3",
+        ProofStatus.REFUSED,
+    )
+    assert (outcome.reason_codes, outcome.evidence_spans, outcome.explanation) == (
+        ("counterexample",),
+        (),
+        "x = 2 refutes it",
+    )
+    assert outcome.proof_outcome_id == ref.proof_outcome_id(outcome)
