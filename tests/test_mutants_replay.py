@@ -30,9 +30,12 @@ from kernel.replay import (
     ProofOutcome,
     ProofStatus,
     ReplayAdapterRefusal,
+    ReplayBundle,
     ReplayDisposition,
     ReplayRequest,
     refuse_malformed_attempt,
+    replay_bundle_attempts,
+    requests_from_bundle,
     seal_proof_outcome,
 )
 from kernel.upstream import build_chain
@@ -43,8 +46,10 @@ from tests.replay_fixtures import (
     ORIGINAL,
     PROOF_REFUSING,
     CallLog,
+    bundle_for,
     request_for,
     toy_assessment,
+    toy_chain,
     toy_manifest,
 )
 from tests.test_replay_adapter import reseal_input, run, valid_request
@@ -432,3 +437,30 @@ def test_a_sealed_proof_outcome_binds_its_context() -> None:
         "x = 2 refutes it",
     )
     assert outcome.proof_outcome_id == ref.proof_outcome_id(outcome)
+
+
+def test_a_bundle_with_unequal_parts_is_refused_with_the_counts() -> None:
+    chain = toy_chain(CLOSING, CLOSING)
+    bundle = bundle_for(chain, toy_manifest(CallLog()))
+    short = ReplayBundle(chain, bundle.inputs[:1])
+    expected = "bundle holds 2 attempts, 2 reconstructions and 1 inputs; they must be equal"
+    with pytest.raises(ValueError) as raised:
+        requests_from_bundle(short)
+    assert str(raised.value) == expected
+    with pytest.raises(ValueError) as raised:
+        replay_bundle_attempts(short, toy_manifest(CallLog()))
+    assert str(raised.value) == expected
+    # The equal bundle pairs each input with its own attempt, in the run's order.
+    requests = requests_from_bundle(bundle)
+    assert [r.attempt.attempt_id for r in requests] == [
+        a.attempt_id for a in chain.run.candidate_attempts
+    ]
+    assert [r.replay_input.attempt_index for r in requests] == [0, 1]
+
+
+@pytest.mark.parametrize("versions", [[("run", "v1")], (("run",),), (("run", 1),), "run"])
+def test_an_adapter_input_refuses_malformed_schema_versions(versions: object) -> None:
+    replay_input = valid_request().replay_input
+    with pytest.raises(TypeError) as raised:
+        attrs.evolve(replay_input, schema_versions=versions)  # type: ignore[arg-type]  # the defect
+    assert str(raised.value) == "schema_versions must be a tuple of (name, version) str pairs"
