@@ -464,3 +464,116 @@ def test_an_adapter_input_refuses_malformed_schema_versions(versions: object) ->
     with pytest.raises(TypeError) as raised:
         attrs.evolve(replay_input, schema_versions=versions)  # type: ignore[arg-type]  # the defect
     assert str(raised.value) == "schema_versions must be a tuple of (name, version) str pairs"
+
+
+# --- misbehaving authorities: adapter failure, explained --------------------------------
+
+
+def _crash(*_: object) -> Any:
+    raise RuntimeError("authority crashed")
+
+
+CONTRACT_UNAVAILABLE = D.CONTRACT_REPLAY_UNAVAILABLE.value
+PROOF_UNAVAILABLE = D.PROOF_REPLAY_UNAVAILABLE.value
+OBLIGATION = D.UNSUPPORTED_PROOF_OBLIGATION.value
+
+
+def _sealed_proof(ctx: ProofContext, ref: str = "toy.p1", **changes: Any) -> ProofOutcome:
+    return seal_proof_outcome(
+        context=attrs.evolve(ctx, **changes),
+        authority_id=ref,
+        authority_version="v1",
+        status=ProofStatus.CLOSED,
+    )
+
+
+AUTHORITY_CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "contract_raises": (
+        {"contract": _crash},
+        f"{CONTRACT_UNAVAILABLE}: contract_authority_raised: "
+        "toy.contract@v1 raised RuntimeError: authority crashed",
+    ),
+    "contract_returns_none": (
+        {"contract": lambda frame: None},
+        f"{CONTRACT_UNAVAILABLE}: contract_outcome_malformed: "
+        "toy.contract@v1 returned NoneType, not a ContractAssessment",
+    ),
+    "contract_wrong_organ": (
+        {"contract": lambda frame: toy_assessment(frame, organ="other")},
+        f"{CONTRACT_UNAVAILABLE}: contract_outcome_wrong_organ: "
+        "toy.contract@v1 assessed organ 'other', not 'toy'",
+    ),
+    "contract_other_frame": (
+        {"contract": lambda frame: toy_assessment(ORIGINAL)},
+        f"{CONTRACT_UNAVAILABLE}: contract_outcome_not_bound: "
+        "toy.contract@v1 assessed another frame than the candidate",
+    ),
+    "contract_forged_id": (
+        {"contract": lambda frame: attrs.evolve(toy_assessment(frame), assessment_id="9" * 64)},
+        f"{CONTRACT_UNAVAILABLE}: contract_outcome_id_invalid: "
+        "toy.contract@v1 returned an assessment whose id does not reproduce",
+    ),
+    "proof_raises": (
+        {"proofs": {"toy.p2": _crash}},
+        f"{PROOF_UNAVAILABLE}: proof_authority_raised: "
+        "toy.p2@v1 for 'toy.p2' raised RuntimeError: authority crashed",
+    ),
+    "proof_returns_text": (
+        {"proofs": {"toy.p1": lambda ctx: "closed"}},
+        f"{PROOF_UNAVAILABLE}: proof_outcome_malformed: "
+        "toy.p1@v1 for 'toy.p1' returned str, not a ProofOutcome",
+    ),
+    "proof_other_obligation": (
+        {"proofs": {"toy.p1": lambda ctx: _sealed_proof(ctx, obligation_ref="toy.p2")}},
+        f"{PROOF_UNAVAILABLE}: proof_outcome_not_bound: "
+        "toy.p1@v1 for 'toy.p1' returned an outcome for another obligation or candidate",
+    ),
+    "proof_other_authority": (
+        {"proofs": {"toy.p1": lambda ctx: _sealed_proof(ctx, "toy.p2")}},
+        f"{PROOF_UNAVAILABLE}: proof_outcome_wrong_authority: "
+        "toy.p1@v1 for 'toy.p1' returned an outcome signed by another authority",
+    ),
+    "proof_forged_id": (
+        {
+            "proofs": {
+                "toy.p1": lambda ctx: attrs.evolve(
+                    _sealed_proof(ctx), status=ProofStatus.REFUSED
+                )
+            }
+        },
+        f"{PROOF_UNAVAILABLE}: proof_outcome_id_invalid: "
+        "toy.p1@v1 for 'toy.p1' returned an outcome whose id does not reproduce",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AUTHORITY_CASES))
+def test_each_misbehaving_authority_is_explained(case: str) -> None:
+    manifest, expected = AUTHORITY_CASES[case]
+    outcome = run(valid_request(), **manifest)
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.replay_refusal_id == ref.refusal_id(outcome)
+    assert outcome.explanation == expected
+
+
+def test_contract_target_and_obligation_refusals_are_explained() -> None:
+    target = reseal_input(valid_request(), contract_replay_target="toy.contract@v0")
+    assert explanation(target) == (
+        f"{CONTRACT_UNAVAILABLE}: contract_target_not_allowlisted: "
+        "target 'toy.contract@v0' is not the allowlisted 'toy.contract@v1' for organ 'toy'"
+    )
+    swapped = reseal_input(valid_request(), proof_obligation_refs=("toy.p2", "toy.p1"))
+    assert explanation(swapped) == (
+        f"{OBLIGATION}: proof_obligations_not_policy: "
+        "obligations ['toy.p2', 'toy.p1'] are not exactly the policy's ['toy.p1', 'toy.p2']"
+    )
+    unknown = reseal_input(valid_request(), proof_obligation_refs=("toy.p1", "toy.p9"))
+    assert explanation(unknown) == (
+        f"{OBLIGATION}: proof_obligation_unknown: obligation 'toy.p9' is not supported"
+    )
+    no_policy = run(valid_request(), include_policy=False)
+    assert isinstance(no_policy, ReplayAdapterRefusal)
+    assert no_policy.explanation == (
+        f"{OBLIGATION}: proof_policy_missing: "
+        "organ 'toy' has no proof policy, not even a 'none applicable' one"
+    )
