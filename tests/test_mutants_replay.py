@@ -577,3 +577,26 @@ def test_contract_target_and_obligation_refusals_are_explained() -> None:
         f"{OBLIGATION}: proof_policy_missing: "
         "organ 'toy' has no proof policy, not even a 'none applicable' one"
     )
+
+
+@pytest.mark.parametrize(
+    ("index", "detail", "error", "message"),
+    [
+        ("3", "bad", TypeError, "attempt_index must be int and detail str"),
+        (True, "bad", TypeError, "attempt_index must be int and detail str"),
+        (3, b"bad", TypeError, "attempt_index must be int and detail str"),
+        (-1, "bad", ValueError, "attempt_index must be >= 0, got -1"),
+    ],
+)
+def test_refusing_a_malformed_attempt_is_misuse_without_an_index_and_detail(
+    index: object, detail: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        refuse_malformed_attempt(index, detail)  # type: ignore[arg-type]  # the misuse
+    assert str(raised.value) == message
+
+
+def test_a_malformed_attempts_lone_surrogate_is_escaped_in_the_explanation() -> None:
+    refusal = refuse_malformed_attempt(0, "name \udcff")
+    assert refusal.explanation == f"{INVALID}: attempt_malformed: attempt 0: name \\udcff"
+    assert refusal.attempt_index == 0
