@@ -12,6 +12,7 @@ code and the exact message, plus the fields of the value returned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -30,6 +31,7 @@ from kernel.verification import (
     Claim,
     ClaimLevel,
     ClosureReason,
+    CommandConfiguration,
     GapCode,
     GateDecision,
     GateReason,
@@ -42,6 +44,7 @@ from kernel.verification import (
     Rereview,
     Role,
     Selection,
+    Setting,
     Stage,
     Status,
     VerificationReceipt,
@@ -826,3 +829,62 @@ def test_status_for_a_malformed_claim_is_refused() -> None:
     with pytest.raises(ValueError) as raised:
         attrs.evolve(receipt, backend_verdict=BackendVerdict.CLAIM_MALFORMED)
     assert str(raised.value) == "a malformed claim is rejected, never sealed"
+
+
+PATTERN = "must match [a-z][a-z0-9-]*"
+
+
+# --- records: what no caller may build --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: Setting("Timeout", "1"), ValueError, f"setting name {'Timeout'!r} {PATTERN}"),
+        (lambda: Setting("1st", "1"), ValueError, f"setting name {'1st'!r} {PATTERN}"),
+        (lambda: Setting("time_out", "1"), ValueError, f"setting name {'time_out'!r} {PATTERN}"),
+        (lambda: Setting("", "1"), ValueError, "name must not be empty"),
+        (lambda: Setting("t", "a\x00b"), ValueError, "value must not contain NUL"),
+        (
+            lambda: CommandConfiguration("verify-claim", (), ["x"]),  # type: ignore[arg-type]
+            TypeError,
+            "arguments must be a tuple",
+        ),
+        (
+            lambda: CommandConfiguration("verify-claim", (), ("x", "\x00")),
+            ValueError,
+            "arguments[1] must not contain NUL",
+        ),
+        (
+            lambda: attrs.evolve(vs.plan().request, activation=Activation.INACTIVE),
+            ValueError,
+            "a request's backend is selected or required, never inactive",
+        ),
+        (
+            lambda: attrs.evolve(vs.plan().request, expected_result=Status.ERROR),
+            ValueError,
+            "expected_result is VERIFIED or REFUTED",
+        ),
+        (lambda: attrs.evolve(vs.plan(), argv=()), ValueError, "argv needs a program"),
+        (lambda: attrs.evolve(vs.plan(), argv=("", "v")), ValueError, "argv needs a program"),
+        (lambda: attrs.evolve(vs.plan(), argv=("a\x00",)), ValueError, "argv[0] must not contain NUL"),  # noqa: E501
+        (
+            lambda: attrs.evolve(vs.plan(), argv=["reverify"]),  # type: ignore[arg-type]
+            TypeError,
+            "argv must be a tuple",
+        ),
+    ],
+)
+def test_records_refuse_what_no_caller_may_build(
+    build: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        build()
+    assert str(raised.value) == message
+
+
+def test_records_accept_the_edges_their_rules_allow() -> None:
+    assert Setting("a-1", "x").name == "a-1"
+    assert CommandConfiguration("op", (), ("", "x")).arguments == ("", "x")
+    # Only the program must be non-empty; later argv elements may be empty.
+    assert attrs.evolve(vs.plan(), argv=("reverify", "")).argv == ("reverify", "")
