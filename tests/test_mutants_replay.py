@@ -30,11 +30,16 @@ from kernel.replay import (
     ProofOutcome,
     ProofStatus,
     ReplayAdapterRefusal,
+    ReplayAdapterResult,
     ReplayBundle,
     ReplayDisposition,
+    ReplayMisuseError,
     ReplayRequest,
+    dispose,
     refuse_malformed_attempt,
     replay_bundle_attempts,
+    replay_contract,
+    replay_proofs,
     requests_from_bundle,
     seal_proof_outcome,
 )
@@ -47,6 +52,7 @@ from tests.replay_fixtures import (
     PROOF_REFUSING,
     CallLog,
     bundle_for,
+    candidate,
     request_for,
     toy_assessment,
     toy_chain,
@@ -600,3 +606,92 @@ def test_a_malformed_attempts_lone_surrogate_is_escaped_in_the_explanation() -> 
     refusal = refuse_malformed_attempt(0, "name \udcff")
     assert refusal.explanation == f"{INVALID}: attempt_malformed: attempt 0: name \\udcff"
     assert refusal.attempt_index == 0
+
+
+# --- results: reason codes and explanations of the semantic dispositions ----------------
+
+
+def _result_of(request: ReplayRequest, **manifest: Any) -> ReplayAdapterResult:
+    outcome = run(request, **manifest)
+    assert isinstance(outcome, ReplayAdapterResult), outcome
+    assert outcome.replay_result_id == ref.result_id(outcome)
+    return outcome
+
+
+def test_every_proof_closing_is_explained_with_each_obligations_status() -> None:
+    result = _result_of(valid_request())
+    assert result.reason_codes == ()
+    assert result.explanation == (
+        "contract_and_proof_closed: contract closed; proofs: toy.p1=closed, toy.p2=closed"
+    )
+
+
+def test_every_refused_obligation_adds_its_reasons_in_order() -> None:
+    # Both obligations refused: the reasons of the first are kept, not replaced.
+    both = candidate("refute:toy.p1", "refute:toy.p2")
+    result = _result_of(valid_request(both))
+    assert result.replay_disposition is D.CONTRACT_CLOSED_BUT_PROOF_REFUSED
+    assert result.reason_codes == (
+        "proof_refused:toy.p1",
+        "toy.p1:refuted",
+        "proof_refused:toy.p2",
+        "toy.p2:refuted",
+    )
+    assert result.explanation == (
+        "contract_closed_but_proof_refused: contract closed; proofs: "
+        "toy.p1=refused, toy.p2=refused"
+    )
+    # A closed obligation first does not end the look at the later ones.
+    later = _result_of(valid_request(PROOF_REFUSING))
+    assert later.reason_codes == ("proof_refused:toy.p2", "toy.p2:refuted")
+
+
+def test_no_applicable_obligation_is_explained_as_such() -> None:
+    policy = NoProofObligationsApplicable("toy.none.v1")
+    request = request_for(toy_chain(CLOSING), toy_manifest(CallLog(), policy=policy))
+    result = _result_of(request, policy=policy)
+    assert result.replay_disposition is D.CONTRACT_AND_PROOF_CLOSED
+    assert result.reason_codes == ("no_proof_obligation_applicable:toy.none.v1",)
+    assert result.explanation == (
+        "contract_and_proof_closed: contract closed; proofs: none applicable"
+    )
+
+
+def test_a_contract_refusal_is_explained_with_its_blockers_and_the_authoritys_words() -> None:
+    result = _result_of(valid_request(CONTRACT_REFUSING))
+    assert result.replay_disposition is D.CONTRACT_REFUSED
+    assert result.reason_codes == ("hazard:blocked:x0",)
+    assert result.explanation == (
+        "contract_refused by toy.contract@v1: hazard:blocked:x0. toy contract"
+    )
+
+
+def test_a_proof_outcome_outside_the_identity_domain_is_malformed() -> None:
+    def prove(ctx: ProofContext) -> ProofOutcome:
+        return seal_proof_outcome(
+            context=ctx,
+            authority_id="toy.p1",
+            authority_version="v1",
+            status=ProofStatus.CLOSED,
+            explanation="lone \udcff surrogate",
+        )
+
+    outcome = run(valid_request(), proofs={"toy.p1": prove})
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    head = f"{PROOF_UNAVAILABLE}: proof_outcome_malformed: "
+    assert outcome.explanation.startswith(head)
+    assert len(outcome.explanation) > len(head)
+
+
+@pytest.mark.parametrize(
+    ("step", "needs"),
+    [
+        (replay_contract, "Validated"),
+        (replay_proofs, "ContractClosed"),
+        (dispose, "ProofsReplayed"),
+    ],
+)
+def test_a_transition_called_with_the_wrong_state_is_misuse(step: Any, needs: str) -> None:
+    with pytest.raises(ReplayMisuseError) as raised:
+        step("state")
+    assert str(raised.value) == f"{step.__name__} needs {needs}, got str"
