@@ -44,7 +44,6 @@ from kernel.replay import (
     seal_proof_outcome,
 )
 from kernel.upstream import build_chain
-from tests import reference as ref
 from tests.replay_fixtures import (
     CLOSING,
     CONTRACT_REFUSING,
@@ -58,6 +57,7 @@ from tests.replay_fixtures import (
     toy_chain,
     toy_manifest,
 )
+from tests.support import reference as ref
 from tests.test_replay_adapter import reseal_input, run, valid_request
 
 D = ReplayDisposition

@@ -60,6 +60,7 @@ from kernel.verification import (
 )
 from kernel.verification import PostRepairClosure as Closure
 from tests import verification_strategies as vs
+from tests.support.reference import sha as ref_sha
 
 NO_HISTORY = RepairHistory(prior_candidates=(), pre_repair_evidence_digests=())
 A, B, C, D = "a" * 64, "b" * 64, "c" * 64, "d" * 64
@@ -678,7 +679,7 @@ def test_planning_messages() -> None:
 
 def test_a_plan_carries_the_spec_and_its_own_argv() -> None:
     p = vs.plan(backend="cbmc", command_configuration=vs.configuration("check-property"))
-    assert p.request.request_id == vs.sha(vs.request_json_without_id(p.request))
+    assert p.request.request_id == ref_sha(vs.request_json_without_id(p.request))
     assert p.argv == (
         "cbmc",
         "check-property",
@@ -813,8 +814,8 @@ def test_a_sealed_receipt_binds_the_plan_and_the_whole_output() -> None:
     out = vs.output(p, backend_version="reverify 9", evidence_tier="derived")
     receipt = seal_verification(p, out, vs.tester())
     assert isinstance(receipt, VerificationReceipt)
-    assert receipt.receipt_id == vs.sha(vs.receipt_json_without_id(receipt))
-    assert receipt.evidence_digest == vs.sha(out)
+    assert receipt.receipt_id == ref_sha(vs.receipt_json_without_id(receipt))
+    assert receipt.evidence_digest == ref_sha(out)
     assert (receipt.request_id, receipt.backend_version, receipt.status) == (
         p.request.request_id,
         "reverify 9",
