@@ -20,20 +20,30 @@ from typing import Annotated, Final
 
 import typer
 
+from kernel.bundles import (
+    BUNDLE_STREAM_FORMAT,
+    DRAFT_STREAM_FORMAT,
+    DraftHeader,
+    StreamAttempt,
+    StreamHeader,
+)
 from kernel.commands._io import refuse
-from kernel.drafts import SearchDraft
+from kernel.drafts import DraftCandidate, SearchDraft
 from kernel.external import RECEIPT_FIELDS, Job, Manifest, RunMetadata, Verdict
 from kernel.identity import JsonValue
+from kernel.orchestrate import AuditCode, RunLayout
+from kernel.orchestrate._attest import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 from kernel.organs import CertificationEvidence
 from kernel.replay import ReplayAdapterRefusal, ReplayAdapterResult, ReplayBundle
 from kernel.schemas import (
     closed_object_schema,
+    composite_schema,
     digest_schema,
     enum_values,
     record_schema,
     render_schema,
 )
-from kernel.upstream import SearchChain
+from kernel.upstream import CandidateAttempt, SearchChain
 from kernel.verification import (
     OUTPUT_FIELDS,
     BackendVerdict,
@@ -110,6 +120,200 @@ def _external_receipt() -> dict[str, JsonValue]:
     )
 
 
+# kernel.commands.run writes this document; its format string is private there.
+RUN_STATE_FORMAT: Final = "replay-kernel.run-state.v1"
+_OUTCOME_ROOTS: Final = (ReplayAdapterResult, ReplayAdapterRefusal)
+_NON_NEGATIVE: Final[dict[str, JsonValue]] = {"type": "integer", "minimum": 0}
+
+
+def _optional_digest() -> dict[str, JsonValue]:
+    return {"anyOf": [digest_schema(), {"type": "null"}]}
+
+
+def _outcome_line() -> dict[str, JsonValue]:
+    # kernel.bundles.outcome_line: the outcome record unchanged, in an
+    # envelope naming its attempt (ADR 0013). attempt_id is null only where
+    # the run has no id for that attempt.
+    return composite_schema(
+        "outcome-line",
+        "Outcome line",
+        "One line of the outcomes JSON Lines that `kernel replay --out` / "
+        "`--format jsonl` and `kernel run --out` write (ADR 0013): the attempt's "
+        "index and id, and its replay outcome (the replay-outcome schema) unchanged.",
+        {
+            "attempt_id": _optional_digest(),
+            "attempt_index": _NON_NEGATIVE,
+            "outcome": _OUTCOME_ROOTS,
+        },
+    )
+
+
+def _stream_header(name: str, title: str, description: str, fmt: str,
+                   header: type) -> SchemaFactory:
+    return lambda: composite_schema(
+        name, title, description, {"format": {"const": fmt}, "header": header}
+    )
+
+
+def _audit_report() -> dict[str, JsonValue]:
+    # kernel.orchestrate._audit.report_document, plus the "attestation" member
+    # kernel.commands.audit adds when --verify-key is given.
+    optional_string: dict[str, JsonValue] = {"type": ["string", "null"]}
+    finding = closed_object_schema("audit-finding", "", "", {
+        "code": enum_values(AuditCode),
+        "message": {"type": "string"},
+        "path": {"type": "string"},
+        "recomputed": optional_string,
+        "recorded": optional_string,
+        "subject": {"type": "string"},
+    })
+    for key in ("$schema", "$id", "title", "description"):
+        del finding[key]
+    attestation = {
+        "type": "object",
+        "properties": {
+            "problems": {"type": "array", "items": {"type": "string"}},
+            "verified": {"type": "boolean"},
+        },
+        "required": ["problems", "verified"],
+        "additionalProperties": False,
+    }
+    return composite_schema(
+        "audit-report",
+        "Audit report",
+        "What `kernel audit RUN_DIR --format json` prints: how many stored ids were "
+        "recomputed, every one that did not reproduce, and (with --verify-key) the "
+        "attestation's problems.",
+        {
+            "attestation": attestation,
+            "checked": _NON_NEGATIVE,
+            "findings": {"type": "array", "items": finding},
+            "intact": {"type": "boolean"},
+            "layout": enum_values(RunLayout),
+            "root": {"type": "string"},
+        },
+        optional=("attestation",),
+    )
+
+
+_BASE64: Final[dict[str, JsonValue]] = {
+    "type": "string",
+    "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+}
+
+
+def _attestation_envelope() -> dict[str, JsonValue]:
+    signature: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {"keyid": digest_schema(), "sig": dict(_BASE64)},
+        "required": ["keyid", "sig"],
+        "additionalProperties": False,
+    }
+    return composite_schema(
+        "attestation-envelope",
+        "Attestation envelope (DSSE)",
+        "The DSSE envelope `kernel attest` writes (attestation.dsse.json): the "
+        "base64 in-toto Statement (the attestation-statement schema) and its Ed25519 "
+        "signatures over the DSSE PAE; keyid is the in-toto key id.",
+        {
+            "payload": _BASE64,
+            "payloadType": {"const": PAYLOAD_TYPE},
+            "signatures": {"type": "array", "items": signature, "minItems": 1},
+        },
+    )
+
+
+# The metadata.json keys kernel.orchestrate._attest copies into the predicate
+# of an external run (each a string or null there).
+_EXTERNAL_PREDICATE_KEYS: Final = (
+    "check_digest", "check_id", "evidence_digest", "input_digest", "job_digest", "job_id",
+    "reason", "receipt_sha256", "run_id", "specification_digest", "status", "verdict",
+)  # fmt: skip
+
+
+def _attestation_statement() -> dict[str, JsonValue]:
+    line = _outcome_line()
+    defs = line.pop("$defs")
+    for key in ("$schema", "$id", "title", "description"):
+        del line[key]
+    audit: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {"checked": dict(_NON_NEGATIVE), "intact": {"const": True}},
+        "required": ["checked", "intact"],
+        "additionalProperties": False,
+    }
+    work_dir: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {
+            "audit": audit,
+            "layout": {"const": RunLayout.WORK_DIR.value},
+            "outcomes": {"type": "array", "items": line},
+        },
+        "required": ["audit", "layout", "outcomes"],
+        "additionalProperties": False,
+    }
+    external: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {
+            "audit": audit,
+            "layout": {"const": RunLayout.EXTERNAL_RUN.value},
+            "run": {
+                "type": "object",
+                "properties": {key: {"type": ["string", "null"]}
+                               for key in _EXTERNAL_PREDICATE_KEYS},
+                "required": list(_EXTERNAL_PREDICATE_KEYS),
+                "additionalProperties": False,
+            },
+        },
+        "required": ["audit", "layout", "run"],
+        "additionalProperties": False,
+    }
+    subject: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {
+            "digest": {
+                "type": "object",
+                "properties": {"sha256": digest_schema()},
+                "required": ["sha256"],
+                "additionalProperties": False,
+            },
+            "name": {"type": "string", "minLength": 1},
+        },
+        "required": ["digest", "name"],
+        "additionalProperties": False,
+    }
+    schema = composite_schema(
+        "attestation-statement",
+        "Attestation statement (in-toto Statement v1)",
+        f"The decoded payload of the envelope `kernel attest` writes: an in-toto "
+        f"Statement v1 whose subjects are the run's stored files (and the outcomes "
+        f"file) and whose predicate ({PREDICATE_TYPE}) carries the audit and the "
+        f"run's outcome lines (a work directory) or its metadata (an external run).",
+        {
+            "_type": {"const": STATEMENT_TYPE},
+            "predicate": {"oneOf": [work_dir, external]},
+            "predicateType": {"const": PREDICATE_TYPE},
+            "subject": {"type": "array", "items": subject, "minItems": 1},
+        },
+    )
+    schema["$defs"] = defs
+    return schema
+
+
+def _run_state() -> dict[str, JsonValue]:
+    return closed_object_schema(
+        "run-state",
+        "Run state",
+        "run-state.json of a `kernel run` work directory: which run the directory "
+        "belongs to, so --resume refuses another bundle's directory.",
+        {
+            "attempt_count": _NON_NEGATIVE,
+            "format": {"const": RUN_STATE_FORMAT},
+            "run_id": digest_schema(),
+        },
+    )
+
+
 SCHEMAS: Final[Mapping[str, SchemaFactory]] = {
     "search-draft": _record(
         "search-draft", "Search draft",
@@ -183,6 +387,39 @@ SCHEMAS: Final[Mapping[str, SchemaFactory]] = {
         RunMetadata,
     ),
     "external-receipt": _external_receipt,
+    "outcome-line": _outcome_line,
+    "bundle-stream-header": _stream_header(
+        "bundle-stream-header", "Bundle stream: header line",
+        "Line 1 of a `kernel bundle --layout stream` bundle: the format, the chain's "
+        "head and the run without its attempts, with attempt_count N.",
+        BUNDLE_STREAM_FORMAT, StreamHeader,
+    ),
+    "bundle-stream-run-line": _record(
+        "bundle-stream-run-line", "Bundle stream: run line",
+        "Lines 2..N+1 of a bundle stream: the run's candidate attempts, in order.",
+        CandidateAttempt,
+    ),
+    "bundle-stream-attempt-line": _record(
+        "bundle-stream-attempt-line", "Bundle stream: attempt line",
+        "Lines N+2..2N+1 of a bundle stream: one attempt's index, reconstruction and "
+        "adapter input, in order.",
+        StreamAttempt,
+    ),
+    "draft-stream-header": _stream_header(
+        "draft-stream-header", "Draft stream: header line",
+        "Line 1 of a draft stream `kernel bundle` reads: the format and the draft "
+        "without its candidates.",
+        DRAFT_STREAM_FORMAT, DraftHeader,
+    ),
+    "draft-stream-candidate-line": _record(
+        "draft-stream-candidate-line", "Draft stream: candidate line",
+        "Every later line of a draft stream: one draft candidate, in order.",
+        DraftCandidate,
+    ),
+    "audit-report": _audit_report,
+    "attestation-envelope": _attestation_envelope,
+    "attestation-statement": _attestation_statement,
+    "run-state": _run_state,
 }
 
 
