@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -207,6 +208,25 @@ def test_external_run_documents_validate(tmp_path: Path) -> None:
     receipt = json.loads(documents["external-receipt"].read_bytes())
     receipt["verdict"] = "maybe"
     assert errors("external-receipt", receipt) != []
+    # The same run, audited and attested: the external arm of the predicate.
+    made = run_kernel("attest-keygen", str(tmp_path / "k.pem"), str(tmp_path / "k.pub"))
+    assert made.returncode == 0, made.stderr
+    envelope_path = tmp_path / "external.dsse.json"
+    attested = run_kernel("attest", str(run_dir), "--key", str(tmp_path / "k.pem"),
+                          "--out", str(envelope_path))
+    assert attested.returncode == 0, attested.stderr
+    envelope = json.loads(envelope_path.read_bytes())
+    assert errors("attestation-envelope", envelope) == []
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert statement["predicate"]["layout"] == "external_run"
+    assert errors("attestation-statement", statement) == []
+    statement["predicate"]["run"]["extra"] = "x"
+    assert errors("attestation-statement", statement) != []
+    audited = run_kernel("audit", str(run_dir), "--format", "json",
+                         "--verify-key", str(tmp_path / "k.pub"),
+                         "--attestation", str(envelope_path))
+    assert audited.returncode == 0, audited.stderr
+    assert errors("audit-report", json.loads(audited.stdout)) == []
 
 
 # --- the formats added since: outcome lines, streams, audit, attestation, run state ------
@@ -338,12 +358,22 @@ def test_audit_report_and_attestation_validate(
     assert audited.returncode == 0, audited.stderr
     report = json.loads(audited.stdout)
     assert "attestation" in report and errors("audit-report", report) == []
-    # A tampered store: the report lists findings, and still validates.
-    (work / "run-state.json").write_bytes((work / "run-state.json").read_bytes())
-    plain = run_kernel("audit", str(work), "--format", "json")
-    assert plain.returncode in (0, 3), plain.stderr
-    assert errors("audit-report", json.loads(plain.stdout)) == []
+    # A tampered copy: the report lists findings, and still validates.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(work, tampered, symlinks=True)
+    record = sorted(tampered.glob("*/certification.json"))[0]
+    record.write_bytes(record.read_bytes().replace(b'"VERIFIED"', b'"REJECTED"'))
+    plain = run_kernel("audit", str(tampered), "--outcomes", str(out), "--format", "json")
+    assert plain.returncode != 0, plain.stderr
+    found = json.loads(plain.stdout)
+    assert found["findings"] and errors("audit-report", found) == []
     bad = copy.deepcopy(report)
     bad["findings"] = [{"code": "no_such_code", "message": "", "path": "", "recomputed": None,
                         "recorded": None, "subject": ""}]
     assert errors("audit-report", bad) != []
+
+
+def test_schemas_readme_lists_every_schema() -> None:
+    readme = (SCHEMAS / "README.md").read_text(encoding="utf-8")
+    listed = {line.split("`")[1] for line in readme.splitlines() if line.startswith("| `")}
+    assert listed == set(schema_names())
