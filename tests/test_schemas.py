@@ -304,6 +304,25 @@ def test_bundle_stream_lines_validate_one_schema_per_line_kind(tmp_path: Path) -
     assert errors("bundle-stream-header", dict(header, format="replay-kernel.bundle-stream.v0"))
     assert errors("bundle-stream-attempt-line", dict(rest[count], attempt_index="0"))
 
+    # A malformed attempt line (wrong index) is that attempt's refusal; its
+    # outcome line still names the run's attempt id (a digest, not null), as
+    # both arms of outcome-line's attempt_id and the refusal's null ids allow.
+    raw = out.read_bytes().splitlines(keepends=True)
+    broken = dict(rest[count], attempt_index=count + 7)
+    raw[1 + count] = json.dumps(broken, separators=(",", ":")).encode() + b"\n"
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(b"".join(raw))
+    replayed = run_kernel("replay", str(damaged), "--format", "jsonl", "--out", "-")
+    assert replayed.returncode != 0, replayed.stderr
+    envelopes = lines_of(replayed.stdout)
+    assert len(envelopes) == count
+    refused = envelopes[0]["outcome"]
+    assert refused["replay_disposition"] == "invalid_replay_input"
+    assert refused["attempt_id"] is None  # the refusal record has no attempt id ...
+    assert envelopes[0]["attempt_id"] == rest[0]["attempt_id"]  # ... its line does
+    for envelope in envelopes:
+        assert errors("outcome-line", envelope) == []
+
 
 def test_draft_stream_lines_validate_and_kernel_bundle_reads_them(tmp_path: Path) -> None:
     # No command writes a draft stream; kernel.bundles.draft_stream_lines is
