@@ -43,6 +43,7 @@ __all__ = [
     "SCHEMA_DIALECT",
     "SchemaError",
     "closed_object_schema",
+    "composite_schema",
     "digest_schema",
     "enum_values",
     "record_schema",
@@ -78,7 +79,7 @@ def _enum_schema(kind: type[Enum]) -> Schema:
 class _Builder:
     """Walks one root's types, collecting one ``$defs`` entry per attrs record."""
 
-    def __init__(self, roots: Sequence[type]) -> None:
+    def __init__(self, roots: Sequence[object]) -> None:
         self.defs: dict[str, Schema] = {}
         self._names: dict[type, str] = {}
         records: list[type] = []
@@ -224,6 +225,56 @@ def closed_object_schema(
         "required": list(properties),
         "additionalProperties": False,
     }
+
+
+PropertySpec = Mapping[str, JsonValue] | type | UnionType | tuple[type, ...]
+
+
+def composite_schema(
+    name: str,
+    title: str,
+    description: str,
+    properties: Mapping[str, PropertySpec],
+    *,
+    optional: Sequence[str] = (),
+) -> dict[str, JsonValue]:
+    """A closed JSON object whose properties may embed attrs records (line envelopes).
+
+    For the documents that wrap records without being a record themselves (an
+    outcome line, a stream's header line): each property is either a literal
+    schema (a mapping), a type translated by the same rules as a record field
+    (records land in ``$defs``), or a tuple of records (``oneOf``, as in
+    ``record_schema``). Every property is required except those in ``optional``.
+    """
+    roots: list[object] = []
+    for spec in properties.values():
+        if isinstance(spec, tuple):
+            roots.extend(spec)
+        elif not isinstance(spec, Mapping):
+            roots.append(spec)
+    builder = _Builder(roots)
+    rendered: dict[str, JsonValue] = {}
+    for key, spec in properties.items():
+        if isinstance(spec, tuple):
+            refs: list[JsonValue] = [builder.ref(record) for record in spec]
+            rendered[key] = {"oneOf": refs}
+        elif isinstance(spec, Mapping):
+            rendered[key] = dict(spec)
+        else:
+            rendered[key] = builder.type_schema(spec)
+    schema: dict[str, JsonValue] = {
+        "$schema": SCHEMA_DIALECT,
+        "$id": f"urn:failclosed-replay:schema:{name}",
+        "title": title,
+        "description": description,
+        "type": "object",
+        "properties": rendered,
+        "required": [key for key in properties if key not in optional],
+        "additionalProperties": False,
+    }
+    if builder.defs:
+        schema["$defs"] = dict(builder.defs)
+    return schema
 
 
 def enum_values(kind: type[Enum]) -> dict[str, JsonValue]:

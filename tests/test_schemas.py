@@ -9,8 +9,10 @@ refused by the schema too).
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +208,191 @@ def test_external_run_documents_validate(tmp_path: Path) -> None:
     receipt = json.loads(documents["external-receipt"].read_bytes())
     receipt["verdict"] = "maybe"
     assert errors("external-receipt", receipt) != []
+    # The same run, audited and attested: the external arm of the predicate.
+    made = run_kernel("attest-keygen", str(tmp_path / "k.pem"), str(tmp_path / "k.pub"))
+    assert made.returncode == 0, made.stderr
+    envelope_path = tmp_path / "external.dsse.json"
+    attested = run_kernel("attest", str(run_dir), "--key", str(tmp_path / "k.pem"),
+                          "--out", str(envelope_path))
+    assert attested.returncode == 0, attested.stderr
+    envelope = json.loads(envelope_path.read_bytes())
+    assert errors("attestation-envelope", envelope) == []
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert statement["predicate"]["layout"] == "external_run"
+    assert errors("attestation-statement", statement) == []
+    statement["predicate"]["run"]["extra"] = "x"
+    assert errors("attestation-statement", statement) != []
+    audited = run_kernel("audit", str(run_dir), "--format", "json",
+                         "--verify-key", str(tmp_path / "k.pub"),
+                         "--attestation", str(envelope_path))
+    assert audited.returncode == 0, audited.stderr
+    assert errors("audit-report", json.loads(audited.stdout)) == []
+
+
+# --- the formats added since: outcome lines, streams, audit, attestation, run state ------
+
+
+def lines_of(data: bytes) -> list[Any]:
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_outcome_lines_of_kernel_replay_jsonl_validate_and_a_bad_one_fails() -> None:
+    result = run_kernel(
+        "replay", str(EXAMPLES / "replay/bundle.json"), "--format", "jsonl", "--out", "-"
+    )
+    assert result.returncode in (0, 1, 3), result.stderr
+    envelopes = lines_of(result.stdout)
+    assert envelopes
+    for envelope in envelopes:
+        assert errors("outcome-line", envelope) == []
+    bad_index = dict(envelopes[0], attempt_index=-1)
+    assert errors("outcome-line", bad_index) != []
+    bad_id = dict(envelopes[0], attempt_id=envelopes[0]["attempt_id"].upper())
+    assert errors("outcome-line", bad_id) != []
+    null_id = dict(envelopes[0], attempt_id=None)  # a run without an id for the attempt
+    assert errors("outcome-line", null_id) == []
+    bad_outcome = copy.deepcopy(envelopes[0])
+    bad_outcome["outcome"]["unexpected"] = 1
+    assert errors("outcome-line", bad_outcome) != []
+
+
+@pytest.fixture(scope="module")
+def stored_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A real `kernel run` work directory of the shipped e2e bundle and its outcomes."""
+    base = tmp_path_factory.mktemp("run")
+    work, out = base / "work", base / "outcomes.jsonl"
+    done = run_kernel(
+        "run", str(EXAMPLES / "e2e/bundle.json"), "--work-dir", str(work), "--out", str(out),
+        "--quiet",
+    )
+    assert done.returncode == 3, done.stderr  # one tampered attempt on purpose
+    return work, out
+
+
+def test_kernel_run_outcomes_run_state_and_certifications_validate(
+    stored_run: tuple[Path, Path],
+) -> None:
+    work, out = stored_run
+    for envelope in lines_of(out.read_bytes()):
+        assert errors("outcome-line", envelope) == []
+    state = json.loads((work / "run-state.json").read_bytes())
+    assert errors("run-state", state) == []
+    assert errors("run-state", dict(state, format="replay-kernel.run-state.v2")) != []
+    assert errors("run-state", {k: v for k, v in state.items() if k != "run_id"}) != []
+    records = sorted(work.glob("*/certification.json"))
+    assert records
+    for record in records:
+        assert errors("certification-evidence", json.loads(record.read_bytes())) == []
+
+
+def test_bundle_stream_lines_validate_one_schema_per_line_kind(tmp_path: Path) -> None:
+    out = tmp_path / "bundle.jsonl"
+    result = run_kernel(
+        "bundle", str(EXAMPLES / "drafts/marbles.json"), "--layout", "stream", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    header, *rest = lines_of(out.read_bytes())
+    count = header["header"]["run"]["attempt_count"]
+    assert count > 0 and len(rest) == 2 * count
+    assert errors("bundle-stream-header", header) == []
+    for line in rest[:count]:
+        assert errors("bundle-stream-run-line", line) == []
+        assert errors("bundle-stream-attempt-line", line) != []
+    for line in rest[count:]:
+        assert errors("bundle-stream-attempt-line", line) == []
+        assert errors("bundle-stream-run-line", line) != []
+    assert errors("bundle-stream-header", dict(header, format="replay-kernel.bundle-stream.v0"))
+    assert errors("bundle-stream-attempt-line", dict(rest[count], attempt_index="0"))
+
+    # A malformed attempt line (wrong index) is that attempt's refusal; its
+    # outcome line still names the run's attempt id (a digest, not null), as
+    # both arms of outcome-line's attempt_id and the refusal's null ids allow.
+    raw = out.read_bytes().splitlines(keepends=True)
+    broken = dict(rest[count], attempt_index=count + 7)
+    raw[1 + count] = json.dumps(broken, separators=(",", ":")).encode() + b"\n"
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(b"".join(raw))
+    replayed = run_kernel("replay", str(damaged), "--format", "jsonl", "--out", "-")
+    assert replayed.returncode != 0, replayed.stderr
+    envelopes = lines_of(replayed.stdout)
+    assert len(envelopes) == count
+    refused = envelopes[0]["outcome"]
+    assert refused["replay_disposition"] == "invalid_replay_input"
+    assert refused["attempt_id"] is None  # the refusal record has no attempt id ...
+    assert envelopes[0]["attempt_id"] == rest[0]["attempt_id"]  # ... its line does
+    for envelope in envelopes:
+        assert errors("outcome-line", envelope) == []
+
+
+def test_draft_stream_lines_validate_and_kernel_bundle_reads_them(tmp_path: Path) -> None:
+    # No command writes a draft stream; kernel.bundles.draft_stream_lines is
+    # its writer, and `kernel bundle` (the reader) must accept what it wrote.
+    stream = tmp_path / "draft.jsonl"
+    script = (
+        "import sys; from pathlib import Path; from kernel.bundles import draft_stream_lines; "
+        "from kernel.drafts import SearchDraft; from kernel.serde import loads; "
+        "draft = loads(Path(sys.argv[1]).read_bytes(), SearchDraft); "
+        "Path(sys.argv[2]).write_bytes(b''.join(draft_stream_lines(draft)))"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", script, str(EXAMPLES / "drafts/marbles.json"), str(stream)],
+        capture_output=True, check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    read = run_kernel("bundle", str(stream), "--out", str(tmp_path / "bundle.json"))
+    assert read.returncode == 0, read.stderr
+    header, *candidates = lines_of(stream.read_bytes())
+    assert candidates
+    assert errors("draft-stream-header", header) == []
+    for candidate in candidates:
+        assert errors("draft-stream-candidate-line", candidate) == []
+    assert errors("draft-stream-header", dict(header, format="replay-kernel.bundle-stream.v1"))
+    assert errors("draft-stream-candidate-line", header)
+
+
+def test_audit_report_and_attestation_validate(
+    stored_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    work, out = stored_run
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    made = run_kernel("attest-keygen", str(keys / "k.pem"), str(keys / "k.pub"))
+    assert made.returncode == 0, made.stderr
+    attested = run_kernel("attest", str(work), "--key", str(keys / "k.pem"),
+                          "--outcomes", str(out), "--out", str(tmp_path / "att.dsse.json"))
+    assert attested.returncode == 0, attested.stderr
+    envelope = json.loads((tmp_path / "att.dsse.json").read_bytes())
+    assert errors("attestation-envelope", envelope) == []
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert errors("attestation-statement", statement) == []
+    assert errors("attestation-envelope", dict(envelope, signatures=[])) != []
+    assert errors("attestation-statement", dict(statement, predicateType="urn:other")) != []
+    wrong_layout = copy.deepcopy(statement)
+    wrong_layout["predicate"]["layout"] = "external_run"
+    assert errors("attestation-statement", wrong_layout) != []
+
+    audited = run_kernel("audit", str(work), "--outcomes", str(out), "--format", "json",
+                         "--verify-key", str(keys / "k.pub"),
+                         "--attestation", str(tmp_path / "att.dsse.json"))
+    assert audited.returncode == 0, audited.stderr
+    report = json.loads(audited.stdout)
+    assert "attestation" in report and errors("audit-report", report) == []
+    # A tampered copy: the report lists findings, and still validates.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(work, tampered, symlinks=True)
+    record = sorted(tampered.glob("*/certification.json"))[0]
+    record.write_bytes(record.read_bytes().replace(b'"VERIFIED"', b'"REJECTED"'))
+    plain = run_kernel("audit", str(tampered), "--outcomes", str(out), "--format", "json")
+    assert plain.returncode != 0, plain.stderr
+    found = json.loads(plain.stdout)
+    assert found["findings"] and errors("audit-report", found) == []
+    bad = copy.deepcopy(report)
+    bad["findings"] = [{"code": "no_such_code", "message": "", "path": "", "recomputed": None,
+                        "recorded": None, "subject": ""}]
+    assert errors("audit-report", bad) != []
+
+
+def test_schemas_readme_lists_every_schema() -> None:
+    readme = (SCHEMAS / "README.md").read_text(encoding="utf-8")
+    listed = {line.split("`")[1] for line in readme.splitlines() if line.startswith("| `")}
+    assert listed == set(schema_names())
