@@ -42,6 +42,24 @@ __all__ = [
 _CHUNK: Final = 1024 * 1024
 
 
+def process_umask() -> int:
+    """This process's umask, read without changing it.
+
+    ``os.umask`` can only be read by setting it, which races with the threads
+    that drain a step's output; Linux reports it in ``/proc/self/status``.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # fallback: a brief, restrictive value
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
     """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
 
@@ -53,6 +71,9 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
     """
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # A run store holds evidence, not secrets: the user's umask decides who
+        # may read it (mkstemp's 0600 would hide it from an auditing colleague).
+        os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             if durable:
