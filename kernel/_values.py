@@ -22,6 +22,7 @@ __all__ = [
     "OPTIONAL_DIGEST",
     "OPTIONAL_NON_NEGATIVE_INT",
     "TEXT",
+    "UNSEALED_ID",
     "tuple_of",
 ]
 
@@ -55,6 +56,10 @@ def _optional_digest(inst: object, attribute: attrs.Attribute[Any], value: objec
     if value is not None:
         _digest(inst, attribute, value)
 
+
+#: The id a self-sealing record carries while it is built, before its own
+#: digest is computed over its payload (ADR 0001): never a real SHA-256.
+UNSEALED_ID: Final = "0" * 64
 
 EXACT_INT: Final = _exact(int)
 NON_NEGATIVE_INT: Final = attrs.validators.and_(_exact(int), _non_negative)

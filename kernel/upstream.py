@@ -29,6 +29,7 @@ from kernel._values import (
     NON_NEGATIVE_INT,
     OPTIONAL_DIGEST,
     TEXT,
+    UNSEALED_ID,
     tuple_of,
 )
 from kernel.frames import (
@@ -142,7 +143,7 @@ def seal_assessment(
 ) -> ContractAssessment:
     """A ContractAssessment with its id computed."""
     draft = ContractAssessment(
-        assessment_id="0" * 64,
+        assessment_id=UNSEALED_ID,
         problem_frame_digest=problem_frame_digest,
         candidate_organ=candidate_organ,
         runnable=runnable,
@@ -196,7 +197,7 @@ def residuals_for(assessment: ContractAssessment) -> tuple[ContractResidual, ...
     items += [(ResidualKind.UNRESOLVED_HAZARD, c) for c in assessment.unresolved_hazards]
     sealed = []
     for ordinal, (kind, code) in enumerate(items):
-        draft = ContractResidual("0" * 64, assessment.assessment_id, kind, code, ordinal)
+        draft = ContractResidual(UNSEALED_ID, assessment.assessment_id, kind, code, ordinal)
         sealed.append(attrs.evolve(draft, residual_id=residual_id_of(draft)))
     return tuple(sealed)
 
@@ -241,7 +242,7 @@ def seal_gate(
 ) -> SearchGateDecision:
     """A SearchGateDecision with its id computed."""
     draft = SearchGateDecision(
-        "0" * 64,
+        UNSEALED_ID,
         gate_policy_version,
         assessment.assessment_id,
         tuple(r.residual_id for r in residuals),
@@ -283,7 +284,7 @@ def seal_budget(
 ) -> ComputeBudgetDecision:
     """A ComputeBudgetDecision with its id computed."""
     draft = ComputeBudgetDecision(
-        "0" * 64, budget_policy_version, gate.gate_decision_id, max_attempts
+        UNSEALED_ID, budget_policy_version, gate.gate_decision_id, max_attempts
     )
     return attrs.evolve(draft, budget_id=budget_id_of(draft))
 
@@ -548,7 +549,7 @@ def seal_run(
 ) -> GeometricSearchRun:
     """A run over ``(candidate_digest, operator_id, operator_version)`` triples, ids computed."""
     input_digest = run_input_digest(run_input)
-    placeholder = "0" * 64
+    placeholder = UNSEALED_ID
     attempts = tuple(
         CandidateAttempt(placeholder, placeholder, index, input_digest, cand, op, ver)
         for index, (cand, op, ver) in enumerate(candidates)
@@ -572,8 +573,8 @@ def build_reconstruction(
     frame = _reconstruct(original, candidate)
     is_frame = isinstance(candidate, ProblemFrame)
     draft = CandidateReconstruction(
-        candidate_reconstruction_digest="0" * 64,
-        candidate_digest="0" * 64,
+        candidate_reconstruction_digest=UNSEALED_ID,
+        candidate_digest=UNSEALED_ID,
         run_id=run.run_id,
         attempt_id=attempt.attempt_id,
         original_problem_frame_digest=frame_digest(original),

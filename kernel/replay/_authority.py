@@ -24,7 +24,7 @@ from typing import final
 
 import attrs
 
-from kernel._values import DIGEST, NAME, TEXT, tuple_of
+from kernel._values import DIGEST, NAME, TEXT, UNSEALED_ID, tuple_of
 from kernel.frames import ProblemFrame, SourceSpan, spans_payload
 from kernel.identity import JsonValue, digest
 from kernel.upstream import ContractAssessment
@@ -140,7 +140,7 @@ def seal_proof_outcome(
 ) -> ProofOutcome:
     """A ProofOutcome for ``context`` with its id computed."""
     draft = ProofOutcome(
-        proof_outcome_id="0" * 64,
+        proof_outcome_id=UNSEALED_ID,
         obligation_ref=context.obligation_ref,
         authority_id=authority_id,
         authority_version=authority_version,

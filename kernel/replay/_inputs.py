@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import attrs
 
+from kernel._values import UNSEALED_ID
 from kernel.frames import frame_digest
 from kernel.replay._authority import AuthorityManifest, ProofObligations
 from kernel.replay._facts import examine_run
@@ -43,7 +44,7 @@ def build_replay_input(
     organ = chain.assessment.candidate_organ
     policy = manifest.proof_policies[organ]
     draft = ReplayAdapterInput(
-        input_digest="0" * 64,
+        input_digest=UNSEALED_ID,
         replay_policy_version=CONTRACT_PROOF_REPLAY_POLICY_VERSION,
         run_id=run.run_id,
         run_policy_version=run.run_policy_version,

@@ -48,6 +48,7 @@ from typing import Final, assert_never, final
 
 import attrs
 
+from kernel._values import UNSEALED_ID
 from kernel.frames import ProblemFrame
 from kernel.replay import _guards as guard
 from kernel.replay import _outputs as output
@@ -147,7 +148,7 @@ def _refusal(
 ) -> ReplayAdapterRefusal:
     disposition = rejection.disposition
     draft = ReplayAdapterRefusal(
-        replay_refusal_id="0" * 64,
+        replay_refusal_id=UNSEALED_ID,
         replay_policy_version=CONTRACT_PROOF_REPLAY_POLICY_VERSION,
         input_digest=bound.input_digest if bound else None,
         run_id=bound.run_id if bound else None,
@@ -171,7 +172,7 @@ def _result(
 ) -> ReplayAdapterResult:
     replay_input = validated.request.replay_input
     draft = ReplayAdapterResult(
-        replay_result_id="0" * 64,
+        replay_result_id=UNSEALED_ID,
         replay_policy_version=CONTRACT_PROOF_REPLAY_POLICY_VERSION,
         input_digest=replay_input.input_digest,
         run_id=replay_input.run_id,

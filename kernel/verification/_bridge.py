@@ -44,6 +44,7 @@ from typing import Final, assert_never
 
 import attrs
 
+from kernel._values import UNSEALED_ID
 from kernel.identity import IdentityError, JsonValue, check_domain, digest
 from kernel.verification._catalog import (
     BACKEND_CATALOG,
@@ -90,7 +91,7 @@ OUTPUT_FIELDS: Final = (
     "verdict",
 )
 
-_BLANK: Final = "0" * 64
+_BLANK: Final = UNSEALED_ID
 
 
 def _reject(code: RejectionCode, message: str, detail: str | None = None) -> Rejection:
