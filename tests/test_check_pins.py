@@ -167,3 +167,27 @@ def test_malformed_elf_and_missing_paths_are_refused(tmp_path: Path) -> None:
     script.write_text("#!/nonexistent/interpreter\n")
     done = kernel("check", "pins", script)
     assert done.returncode == 2 and done.stderr.startswith("error: interpreter_not_found: ")
+
+
+@needs_ldd
+def test_the_main_job_pins_everything_the_loader_maps_into_each_step() -> None:
+    # A swapped libc or ld.so runs inside the producer and the checker as surely
+    # as a swapped script: the shipped entry pins what ldd says each step maps.
+    import cvc5
+
+    entry = shipped_entry()
+    python = os.path.realpath(sys.executable)
+    z3 = shutil.which("z3", path=str(Path(sys.executable).parent))
+    assert z3 is not None
+    extensions = sorted(Path(cvc5.__file__).parent.glob("*.so"))
+    assert extensions
+    producer_needs = _ldd(python) | _ldd(os.path.realpath(z3))
+    checker_needs = _ldd(python).union(*(_ldd(str(p)) for p in extensions))
+    for command, needs in ((entry.producer, producer_needs), (entry.checker, checker_needs)):
+        pinned = {os.path.realpath(pin.path) for pin in command.trusted_tool_dependencies}
+        assert needs - {python} <= pinned, sorted(needs - {python} - pinned)
+        loader = [p for p in pinned if os.path.basename(p).startswith("ld-linux")]
+        libc = [p for p in pinned if os.path.basename(p).startswith("libc.so")]
+        assert loader and libc
+        for pin in command.trusted_tool_dependencies:
+            assert pin.sha256 == sha256_file(pin.path), pin.path

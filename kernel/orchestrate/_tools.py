@@ -9,8 +9,11 @@ Rules (seed 003 "Command identity"; ADR-0004; ADR-0006):
 - every pin is computed from the bytes on this machine when the entry is
   built: executable (the interpreter), the script as a dependency, and as
   trusted tools libpython plus the solver files each side loads (the z3
-  binary; cvc5's package files and bundled libraries). Nothing transitive is
-  inferred beyond that list (ADR-0004 "What is not guaranteed");
+  binary; cvc5's package files and bundled libraries), and the shared
+  libraries the dynamic loader maps for the interpreter, z3 and cvc5's
+  extension modules (the loader itself, libc, libm, libstdc++...), found by the
+  same ELF walk as ``kernel check pins`` (ADR 0009). Python modules the scripts
+  import stay unpinned (ADR-0004 "What is not guaranteed");
 - the claim is fixed: the specification ``certification.smt2`` (written per
   attempt), one obligation, two artifacts.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +30,15 @@ from typing import Final, final
 
 import attrs
 
-from kernel.external import CheckEntry, Claim, Command, ManifestError, Pin
+from kernel.external import (
+    CheckEntry,
+    Claim,
+    ClosureError,
+    Command,
+    ManifestError,
+    Pin,
+    pin_closure,
+)
 from kernel.orchestrate.errors import CertifierSetupError
 
 __all__ = [
@@ -69,6 +81,10 @@ class CertifierTools:
     checker_script: str = attrs.field(validator=_absolute)
     libpython: tuple[str, ...] = attrs.field(validator=_absolutes)
     cvc5_files: tuple[str, ...] = attrs.field(validator=_absolutes)
+    # The loader closure (ld.so, libc, libm, libstdc++...) of the interpreter,
+    # z3 and cvc5's extension modules, minus what the fields above already pin:
+    # a swapped libc runs inside both steps as surely as a swapped checker.
+    system_libraries: tuple[str, ...] = attrs.field(default=(), validator=_absolutes)
 
 
 def _package_dir(name: str) -> Path:
@@ -82,6 +98,18 @@ def _libpython() -> tuple[str, ...]:
     name = sysconfig.get_config_var("INSTSONAME") or ""
     candidate = Path(sysconfig.get_config_var("LIBDIR") or "") / name
     return (str(candidate.resolve()),) if name and candidate.is_file() else ()
+
+
+def _loader_closure(roots: Sequence[str], pinned: Sequence[str]) -> tuple[str, ...]:
+    found: set[str] = set()
+    for root in roots:
+        try:
+            closure = pin_closure(Path(root), library_dirs=None)
+        except ClosureError as exc:
+            raise CertifierSetupError("tool_unreadable", exc.message) from exc
+        found.update(path for path, _ in closure.trusted_tool_dependencies)
+    already = {os.path.realpath(p) for p in (*roots, *pinned)}
+    return tuple(sorted(found - already))
 
 
 def discover_tools(python: Path) -> CertifierTools:
@@ -100,15 +128,22 @@ def discover_tools(python: Path) -> CertifierTools:
         )
     package = _package_dir("cvc5")
     libs = package.parent / "cvc5.libs"
-    cvc5_files = [package / "__init__.py", *sorted(package.glob("*.so"))]
+    extensions = sorted(package.glob("*.so"))
+    cvc5_files = [package / "__init__.py", *extensions]
     cvc5_files += sorted(libs.glob("*.so*")) if libs.is_dir() else []
+    libpython = _libpython()
+    cvc5_paths = tuple(str(p) for p in cvc5_files)
     return CertifierTools(
         python=str(interpreter),
         z3=str(z3.absolute()),
         producer_script=str(BACKENDS_DIR / "smt_certify_producer.py"),
         checker_script=str(BACKENDS_DIR / "smt_certify_checker.py"),
-        libpython=_libpython(),
-        cvc5_files=tuple(str(p) for p in cvc5_files),
+        libpython=libpython,
+        cvc5_files=cvc5_paths,
+        system_libraries=_loader_closure(
+            (str(interpreter), str(z3.absolute()), *(str(p) for p in extensions)),
+            (*libpython, *cvc5_paths),
+        ),
     )
 
 
@@ -157,13 +192,13 @@ def certification_entry(tools: CertifierTools) -> CheckEntry:
                 tools.python,
                 tools.producer_script,
                 ("--z3", tools.z3, "{{request}}"),
-                (*tools.libpython, tools.z3),
+                (*tools.libpython, tools.z3, *tools.system_libraries),
             ),
             checker=_command(
                 tools.python,
                 tools.checker_script,
                 ("{{request}}", "{{receipt}}"),
-                (*tools.libpython, *tools.cvc5_files),
+                (*tools.libpython, *tools.cvc5_files, *tools.system_libraries),
             ),
         )
     except ManifestError as exc:
