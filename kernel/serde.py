@@ -16,7 +16,10 @@ Rules (each violation is a ``SerdeError`` with a stable ``code`` and a path):
   every field), no coercion between JSON types (``"1"`` is not an int,
   ``1`` is not a bool, a string is not a tuple), enums by value only
   (``schema_mismatch``); the message names the full path, the expected type
-  and what was found (``expected int, found boolean true @ $.inputs[0].attempt_index``).
+  and what was found (``expected int, found boolean true @ $.inputs[0].attempt_index``);
+- a field marked ``FLATTENED`` (a group of fields kept in its own record) is
+  read and written as keys of the enclosing object, with the same exactness
+  and the same paths (ADR 0017).
 
 Parsing reads with orjson and a strictness pass (``_parse_fast``) and falls
 back to the reference parser (``json.loads`` with strict hooks, then the
