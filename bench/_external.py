@@ -213,8 +213,8 @@ def in_process_overhead(bench: Workbench, runs: int) -> list[float]:
             environment=default_environment(),
         )
         after = resource.getrusage(resource.RUSAGE_SELF)
-        if outcome.metadata.status.value != "PASS":
-            raise SystemExit(f"run_check did not pass: {outcome.metadata.detail}")
+        if outcome.metadata.decision.status.value != "PASS":
+            raise SystemExit(f"run_check did not pass: {outcome.metadata.decision.detail}")
         samples.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return samples
 

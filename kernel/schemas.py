@@ -13,6 +13,10 @@ Rules of the translation (each mirrors what ``kernel.serde`` accepts):
   default (cattrs structures a missing defaulted field to its default);
 - ``int``, ``str``, ``bool`` and ``None`` are the JSON types integer, string,
   boolean and null (the converter never coerces between them);
+- a field marked ``kernel.serde.FLATTENED`` (a group of fields kept in its
+  own record) contributes its group's fields as properties of the enclosing
+  object, as the converter reads and writes them, and gets no ``$defs``
+  entry of its own;
 - ``tuple[X, ...]`` is an array of X; ``X | None`` is X or null; an enum is
   the list of its values;
 - the shared field validators of ``kernel._values`` add what a schema can say
@@ -38,6 +42,7 @@ import attrs
 
 from kernel._values import DIGEST, NAME, NON_NEGATIVE_INT, OPTIONAL_DIGEST
 from kernel.identity import DIGEST_PATTERN, JsonValue
+from kernel.serde import FLATTENED
 
 __all__ = [
     "SCHEMA_DIALECT",
@@ -75,6 +80,24 @@ def _enum_schema(kind: type[Enum]) -> Schema:
     return {"enum": values}
 
 
+def _properties(record: type) -> list[tuple[attrs.Attribute[object], object]]:
+    """The document's properties of ``record``: each field and its type.
+
+    A ``FLATTENED`` field is replaced in place by its group's fields.
+    """
+    hints = typing.get_type_hints(record)
+    result: list[tuple[attrs.Attribute[object], object]] = []
+    for field in attrs.fields(record):
+        kind = hints[field.name]
+        if field.metadata.get(FLATTENED):
+            if not (isinstance(kind, type) and attrs.has(kind)):
+                raise SchemaError(f"{record.__name__}.{field.name} is flattened but not a record")
+            result.extend(_properties(kind))
+        else:
+            result.append((field, kind))
+    return result
+
+
 @final
 class _Builder:
     """Walks one root's types, collecting one ``$defs`` entry per attrs record."""
@@ -104,9 +127,8 @@ class _Builder:
             if tp in records:
                 return
             records.append(tp)
-            hints = typing.get_type_hints(tp)
-            for field in attrs.fields(tp):
-                self._collect(hints[field.name], records)
+            for _, kind in _properties(tp):
+                self._collect(kind, records)
             return
         for arg in typing.get_args(tp):
             if arg is not Ellipsis:
@@ -116,11 +138,10 @@ class _Builder:
         return {"$ref": f"#/$defs/{self._names[tp]}"}
 
     def _record(self, record: type) -> Schema:
-        hints = typing.get_type_hints(record)
         properties: dict[str, JsonValue] = {}
         required: list[JsonValue] = []
-        for field in attrs.fields(record):
-            properties[field.name] = self._field(hints[field.name], field.validator)
+        for field, kind in _properties(record):
+            properties[field.name] = self._field(kind, field.validator)
             if field.default is attrs.NOTHING:
                 required.append(field.name)
         schema: Schema = {

@@ -16,7 +16,10 @@ Rules (each violation is a ``SerdeError`` with a stable ``code`` and a path):
   every field), no coercion between JSON types (``"1"`` is not an int,
   ``1`` is not a bool, a string is not a tuple), enums by value only
   (``schema_mismatch``); the message names the full path, the expected type
-  and what was found (``expected int, found boolean true @ $.inputs[0].attempt_index``).
+  and what was found (``expected int, found boolean true @ $.inputs[0].attempt_index``);
+- a field marked ``FLATTENED`` (a group of fields kept in its own record) is
+  read and written as keys of the enclosing object, with the same exactness
+  and the same paths (ADR 0017).
 
 Parsing reads with orjson and a strictness pass (``_parse_fast``) and falls
 back to the reference parser (``json.loads`` with strict hooks, then the
@@ -53,6 +56,7 @@ from kernel.identity import (
 
 __all__ = [
     "MAX_DEPTH",
+    "FLATTENED",
     "MAX_DOCUMENT_BYTES",
     "OPTIONAL_ON_INPUT",
     "SerdeError",
@@ -72,6 +76,14 @@ T = TypeVar("T")
 #: ``required_containment``, ADR 0009); never for a record of the seeds, which
 #: define every field (ADR 0011).
 OPTIONAL_ON_INPUT: Final = "kernel.optional_on_input"
+
+#: attrs field metadata key. A field marked ``{FLATTENED: True}`` holds an attrs
+#: record whose own fields are read and written as keys of the enclosing
+#: object, so a record can be grouped in code while its document stays flat
+#: (the external run metadata, ADR 0017). Structuring stays exact over the
+#: flat key set: every key required, no extra key, the same error paths
+#: (``$.key``) as if the fields were declared on the enclosing record.
+FLATTENED: Final = "kernel.flattened"
 
 MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
 MAX_DEPTH: Final = 64
@@ -402,6 +414,8 @@ def make_converter() -> cattrs.Converter:
     )
 
     def attrs_factory(tp: Any, c: cattrs.Converter) -> Callable[[Any, type], Any]:
+        if _has_flattened(tp):
+            return _flattened_structure_fn(tp, c)
         inner = make_dict_structure_fn(tp, c, _cattrs_forbid_extra_keys=True)
         fields = tuple(
             (a.alias or a.name, a.type)
@@ -412,30 +426,170 @@ def make_converter() -> cattrs.Converter:
         def hook(value: Any, t: type) -> Any:
             if type(value) is not dict:
                 raise _Mismatch(value)
-            # Every field is required on input, defaults included: cattrs would
-            # fill a default in silently (ADR-0229 defines every field).
-            missing = [(name, kind) for name, kind in fields if name not in value]
-            if missing:
-                errors = []
-                for name, kind in missing:
-                    error = KeyError(name)
-                    error.add_note(
-                        AttributeValidationNote(
-                            f"Structuring class {tp.__name__} @ attribute {name}", name, kind
-                        )
-                    )
-                    errors.append(error)
-                raise ClassValidationError(f"While structuring {tp.__name__}", errors, tp)
+            _require_all(tp, fields, value)
             return inner(value, t)
 
         return hook
 
     conv.register_structure_hook_factory(attrs.has, attrs_factory)
+    conv.register_unstructure_hook_factory(_has_flattened, _flattened_unstructure_fn)
     conv.register_unstructure_hook_func(
         lambda tp: isinstance(tp, type) and issubclass(tp, Enum),
         lambda member: member.value,
     )
     return conv
+
+
+def _require_all(tp: type, fields: tuple[tuple[str, Any], ...], value: dict[str, Any]) -> None:
+    # Every field is required on input, defaults included: cattrs would fill
+    # a default in silently (ADR-0229 defines every field).
+    missing = [(name, kind) for name, kind in fields if name not in value]
+    if missing:
+        errors = []
+        for name, kind in missing:
+            error = KeyError(name)
+            error.add_note(
+                AttributeValidationNote(
+                    f"Structuring class {tp.__name__} @ attribute {name}", name, kind
+                )
+            )
+            errors.append(error)
+        raise ClassValidationError(f"While structuring {tp.__name__}", errors, tp)
+
+
+# --- flattened groups (FLATTENED) --------------------------------------------
+
+
+def _has_flattened(tp: Any) -> bool:
+    return (
+        isinstance(tp, type)
+        and attrs.has(tp)
+        and any(a.metadata.get(FLATTENED) for a in attrs.fields(tp))
+    )
+
+
+@final
+@attrs.frozen
+class _FlatKey:
+    """One key of a flattened document: its type, and the group that owns it (None: the record)."""
+
+    key: str
+    kind: Any
+    group: str | None
+
+
+def _flat_layout(tp: type) -> tuple[_FlatKey, ...]:
+    """The document's keys in declaration order, groups expanded in place.
+
+    Refuses (``TypeError``, a programming error) what the flat form cannot
+    express: a group that is not an attrs record, a group inside a group, an
+    optional key, a key two fields would share.
+    """
+    attrs.resolve_types(tp)
+    layout: list[_FlatKey] = []
+    for field in attrs.fields(tp):
+        if field.metadata.get(OPTIONAL_ON_INPUT):
+            raise TypeError(f"{tp.__name__}.{field.name}: a flattened record has no optional key")
+        if not field.metadata.get(FLATTENED):
+            layout.append(_FlatKey(field.name, field.type, None))
+            continue
+        group = field.type
+        if not (isinstance(group, type) and attrs.has(group)) or _has_flattened(group):
+            raise TypeError(f"{tp.__name__}.{field.name}: only a flat record can be flattened")
+        attrs.resolve_types(group)
+        for inner in attrs.fields(group):
+            if inner.metadata.get(OPTIONAL_ON_INPUT):
+                raise TypeError(f"{group.__name__}.{inner.name}: a flattened key is never optional")
+            layout.append(_FlatKey(inner.name, inner.type, field.name))
+    keys = [item.key for item in layout]
+    if len(set(keys)) != len(keys):
+        raise TypeError(f"{tp.__name__}: two flattened fields share a key")
+    return tuple(layout)
+
+
+def _flattened_structure_fn(tp: Any, c: cattrs.Converter) -> Callable[[Any, type], Any]:
+    """Structure a flat document into ``tp`` and its groups, as cattrs would a flat record.
+
+    Same order of work and same errors as the generated function of a record
+    declaring every key itself: required keys first, then each value by its
+    type (errors collected, each noted with its key, so paths read
+    ``$.key``), then unexpected keys; construction errors (validators) last.
+    """
+    layout = _flat_layout(tp)
+    hooks = tuple(c.get_structure_hook(item.kind) for item in layout)
+    required = tuple((item.key, item.kind) for item in layout)
+    known = frozenset(item.key for item in layout)
+    groups = {
+        field.name: (field.type, field.alias or field.name)
+        for field in attrs.fields(tp)
+        if field.metadata.get(FLATTENED)
+    }
+    plain = {field.name: field.alias or field.name for field in attrs.fields(tp)}
+    inits = {
+        name: {f.name: f.alias or f.name for f in attrs.fields(group)}
+        for name, (group, _) in groups.items()
+    }
+
+    def hook(value: Any, _t: type) -> Any:
+        if type(value) is not dict:
+            raise _Mismatch(value)
+        _require_all(tp, required, value)
+        parts: dict[str | None, dict[str, Any]] = {None: {}, **{name: {} for name in groups}}
+        errors: list[Exception] = []
+        for item, structure_value in zip(layout, hooks, strict=True):
+            try:
+                parts[item.group][item.key] = structure_value(value[item.key], item.kind)
+            except Exception as exc:  # collected and reported as cattrs' own function does
+                exc.add_note(
+                    AttributeValidationNote(
+                        f"Structuring class {tp.__name__} @ attribute {item.key}",
+                        item.key,
+                        item.kind,
+                    )
+                )
+                errors.append(exc)
+        unknown = set(value) - known
+        if unknown:
+            errors.append(ForbiddenExtraKeysError("", tp, unknown))
+        if errors:
+            raise ClassValidationError(f"While structuring {tp.__name__}", errors, tp)
+        try:
+            kwargs: dict[str, Any] = {}
+            for field in attrs.fields(tp):
+                if field.name in groups:
+                    group, init_name = groups[field.name]
+                    names = inits[field.name]
+                    kwargs[init_name] = group(
+                        **{names[k]: v for k, v in parts[field.name].items()}
+                    )
+                else:
+                    kwargs[plain[field.name]] = parts[None][field.name]
+            return tp(**kwargs)
+        except Exception as exc:  # a validator's refusal, reported at $ as cattrs does
+            raise ClassValidationError(f"While structuring {tp.__name__}", [exc], tp) from exc
+
+    return hook
+
+
+def _flattened_unstructure_fn(tp: Any, c: cattrs.Converter) -> Callable[[Any], Any]:
+    """Unstructure ``tp`` into one flat object: each group's keys beside the plain ones."""
+    _flat_layout(tp)  # refuse, at first use, what the structuring side would refuse
+    plan = tuple(
+        (field.name, bool(field.metadata.get(FLATTENED)), c.get_unstructure_hook(field.type))
+        for field in attrs.fields(tp)
+    )
+
+    def hook(value: Any) -> dict[str, Any]:
+        document: dict[str, Any] = {}
+        for name, flattened, unstructure_value in plan:
+            unstructured = unstructure_value(getattr(value, name))
+            if flattened:
+                document.update(unstructured)
+            else:
+                document[name] = unstructured
+        return document
+
+    return hook
 
 
 _CONVERTER: Final = make_converter()

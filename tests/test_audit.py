@@ -51,7 +51,7 @@ def stored_external_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real `kernel check run` run directory of an honest pair (made once)."""
     scenario = Scenario(tmp_path_factory.mktemp("external"))
     outcome = scenario.run()
-    assert outcome.metadata.status.value == "PASS"
+    assert outcome.metadata.decision.status.value == "PASS"
     return Path(outcome.attempt_dir)
 
 
@@ -448,7 +448,7 @@ def test_a_retained_replay_is_audited_too(tmp_path: Path) -> None:
         manifest_path=scenario.manifest_path,
         repository_root=scenario.repo,
     )
-    assert replayed.metadata.status.value == "PASS"
+    assert replayed.metadata.decision.status.value == "PASS"
     code, report = _audit(run_dir)
     assert code == 0, report
     receipt = run_dir / "replays" / "audit-1" / "checker" / "receipt.json"

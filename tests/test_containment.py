@@ -174,7 +174,7 @@ def test_a_producer_daemon_cannot_forge_the_checkers_receipt(
     assert (tmp_path / "daemon-started").exists(), "the attack never started"
     assert outcome.metadata.containment is level
     assert outcome.status is Status.BLOCKED
-    assert outcome.reason is Reason.CHECKER_REJECTED, outcome.metadata.detail
+    assert outcome.reason is Reason.CHECKER_REJECTED, outcome.metadata.decision.detail
     receipt = json.loads(Path(outcome.attempt_dir, "checker", "receipt.json").read_bytes())
     assert receipt["verdict"] == "rejected"  # the checker's own words, untouched
     assert processes_mentioning(str(tmp_path)) == []
@@ -301,7 +301,7 @@ def test_a_pinned_script_swapped_in_a_tight_loop_never_passes(tmp_path: Path, ro
             role == "checker" or "EVIL" in Path(o.attempt_dir, "evidence", "proof.txt").read_text()
         )
     ]
-    assert swapped == [], [o.metadata.detail for o in swapped]
+    assert swapped == [], [o.metadata.decision.detail for o in swapped]
     if role == "producer":  # honest producer bytes still pass: the test can see a PASS
         target.write_bytes(honest.read_bytes())
         assert scenario.run("after", entry=entry).status is Status.PASS
@@ -365,7 +365,7 @@ def test_replay_records_the_operators_configuration_not_the_runs(tmp_path: Path)
         environment=default_environment(),
     )
     assert replay.status is Status.PASS
-    assert replay.metadata.repository_root == os.path.abspath(scenario.repo)
+    assert replay.metadata.run.repository_root == os.path.abspath(scenario.repo)
 
 
 # --- the level: required, recorded, bound into the requests --------------------------
@@ -389,8 +389,9 @@ def test_a_check_requiring_namespaces_is_blocked_where_only_a_subreaper_is_avail
     outcome = scenario.run(max_containment=ContainmentLevel.SUBREAPER)
     assert outcome.status is Status.BLOCKED
     assert outcome.reason is Reason.CONTAINMENT_UNAVAILABLE
-    assert "namespace" in outcome.metadata.detail
-    assert outcome.metadata.producer is None and outcome.metadata.checker is None
+    assert "namespace" in outcome.metadata.decision.detail
+    execution = outcome.metadata.execution
+    assert execution.producer is None and execution.checker is None
     assert not (tmp_path / "producer-ran").exists()
     assert Path(outcome.attempt_dir, "metadata.json").is_file()
 
@@ -410,7 +411,7 @@ def test_the_level_used_is_recorded_and_bound_into_both_requests(
     tmp_path: Path, level: ContainmentLevel
 ) -> None:
     outcome = Scenario(tmp_path).run(max_containment=level)
-    assert outcome.status is Status.PASS, outcome.metadata.detail
+    assert outcome.status is Status.PASS, outcome.metadata.decision.detail
     assert outcome.metadata.containment is level
     stored = json.loads(Path(outcome.attempt_dir, "metadata.json").read_bytes())
     assert stored["containment"] == level.value
@@ -433,8 +434,8 @@ def test_a_consistently_rewritten_run_store_is_caught_by_the_operators_digest(
     # for it (recomputed here with hashlib, as an attacker would).
     scenario = Scenario(tmp_path)
     run = scenario.run()
-    assert run.status is Status.PASS and run.metadata.evidence_digest is not None
-    kept = run.metadata.evidence_digest  # what the operator saw printed
+    assert run.status is Status.PASS and run.metadata.checked.evidence_digest is not None
+    kept = run.metadata.checked.evidence_digest  # what the operator saw printed
     proof = Path(run.attempt_dir, "evidence", "proof.txt")
     proof.write_text("other evidence\n")
     meta_path = Path(run.attempt_dir, "metadata.json")
@@ -462,7 +463,7 @@ def test_a_consistently_rewritten_run_store_is_caught_by_the_operators_digest(
     anchored = replay("anchored", kept)
     assert anchored.status is Status.BLOCKED
     assert anchored.reason is Reason.EVIDENCE_CHANGED
-    assert anchored.metadata.checker is None
+    assert anchored.metadata.execution.checker is None
 
 
 def test_metadata_whose_evidence_digest_disagrees_with_its_artifacts_is_blocked(

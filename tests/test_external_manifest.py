@@ -33,12 +33,13 @@ pytestmark = pytest.mark.usefixtures("no_leftovers")
 def test_public_api_is_exact_and_alphabetical() -> None:
     assert external.__all__ == sorted(external.__all__)
     assert external.__all__ == [
-        "CheckEntry", "CheckIdentity", "Claim", "ClosureError", "Command", "ContainmentLevel",
+        "CheckEntry", "CheckIdentity", "CheckedDigests", "Claim", "ClosureError", "Command",
+        "ContainmentLevel", "Decision", "Execution",
         "ExternalError", "FileDigest", "Job", "JobError", "Manifest", "ManifestError",
         "PLACEHOLDERS", "Pin", "PinClosure", "PinMismatchError", "ProcessResult",
         "ProcessStatus", "ProcessSummary",
         "RECEIPT_FIELDS", "Reason", "ReceiptCheck", "ReceiptExpectation",
-        "RunDirectoryError", "RunKind", "RunLimits", "RunMetadata", "RunOutcome",
+        "RunDirectoryError", "RunIdentity", "RunKind", "RunLimits", "RunMetadata", "RunOutcome",
         "RunRecordError", "Stage", "Status", "Verdict", "available_level", "check_identity",
         "default_environment", "expand_argv", "identity_object", "job_digest_of", "load_job",
         "load_manifest", "parse_manifest", "pin_closure", "read_run_metadata", "replay_run",

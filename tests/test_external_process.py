@@ -52,9 +52,9 @@ def test_producer_past_its_deadline_is_killed_with_its_grandchild(tmp_path: Path
     outcome = scenario.run(producer_timeout=1.0)
     assert time.monotonic() - started < 20
     assert outcome.status is Status.BLOCKED and outcome.reason is Reason.PRODUCER_TIMEOUT
-    assert outcome.metadata.producer is not None
-    assert outcome.metadata.producer.status.value == "timed_out"
-    assert outcome.metadata.checker is None
+    assert outcome.metadata.execution.producer is not None
+    assert outcome.metadata.execution.producer.status.value == "timed_out"
+    assert outcome.metadata.execution.checker is None
     _assert_started_then_gone(tmp_path)
 
 
@@ -68,7 +68,8 @@ def test_checker_past_its_deadline_is_never_read_as_a_result(tmp_path: Path) -> 
     scenario = Scenario(tmp_path, checker_custom=checker_custom)
     outcome = scenario.run(checker_timeout=1.5)
     assert outcome.reason is Reason.CHECKER_TIMEOUT
-    assert outcome.metadata.verdict is None and outcome.metadata.receipt_sha256 is None
+    assert outcome.metadata.decision.verdict is None
+    assert outcome.metadata.execution.receipt_sha256 is None
     assert Path(outcome.attempt_dir, "checker", "receipt.json").exists()
     _assert_started_then_gone(tmp_path)
 

@@ -158,15 +158,15 @@ def test_forged_receipt_is_blocked_with_its_reason(tmp_path: Path, name: str) ->
     custom, reason = FORGERIES[name]
     outcome = Scenario(tmp_path, checker_custom=custom).run()
     assert outcome.status is Status.BLOCKED
-    assert outcome.reason is reason, outcome.metadata.detail
-    assert outcome.metadata.verdict is None
+    assert outcome.reason is reason, outcome.metadata.decision.detail
+    assert outcome.metadata.decision.verdict is None
 
 
 @pytest.mark.parametrize("field", RECEIPT_FIELDS)
 def test_receipt_missing_any_field_is_blocked(tmp_path: Path, field: str) -> None:
     outcome = Scenario(tmp_path, checker_custom=mutation(f"del r[{field!r}]")).run()
     assert outcome.reason is Reason.RECEIPT_MISSING_FIELD
-    assert field in outcome.metadata.detail
+    assert field in outcome.metadata.decision.detail
 
 
 def test_honest_receipt_with_several_artifacts_per_obligation_passes(tmp_path: Path) -> None:

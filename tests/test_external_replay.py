@@ -36,14 +36,15 @@ def test_replay_reruns_only_the_checker_in_a_fresh_attempt(tmp_path: Path) -> No
     attempt = Path(replay.attempt_dir)
     assert attempt == Path(run.attempt_dir) / "replays" / "replay-1"
     meta = replay.metadata
-    assert meta.kind is RunKind.REPLAY and meta.replay_of == "run-1" and meta.run_id == "replay-1"
-    assert meta.producer is None and meta.checker is not None
-    assert meta.artifacts == run.metadata.artifacts
-    assert meta.evidence_digest == run.metadata.evidence_digest
-    assert meta.receipt_sha256 == sha256_file(attempt / "checker" / "receipt.json")
+    assert meta.run.kind is RunKind.REPLAY
+    assert meta.run.replay_of == "run-1" and meta.run.run_id == "replay-1"
+    assert meta.execution.producer is None and meta.execution.checker is not None
+    assert meta.checked.artifacts == run.metadata.checked.artifacts
+    assert meta.checked.evidence_digest == run.metadata.checked.evidence_digest
+    assert meta.execution.receipt_sha256 == sha256_file(attempt / "checker" / "receipt.json")
     receipt = json.loads((attempt / "checker" / "receipt.json").read_bytes())
     assert receipt["run_id"] == "replay-1"
-    for item in meta.artifacts:
+    for item in meta.checked.artifacts:
         assert sha256_file(attempt / "evidence" / item.path) == item.sha256
     stored = json.loads((attempt / "metadata.json").read_bytes())
     assert (attempt / "metadata.json").read_bytes() == canonical(stored) + b"\n"
@@ -58,7 +59,7 @@ def test_replay_after_evidence_changed_on_disk_is_blocked(tmp_path: Path) -> Non
     proof.write_text("evidence for proof.txt, edited later\n")
     replay = replay_stored(run.attempt_dir)
     assert replay.status is Status.BLOCKED and replay.reason is Reason.EVIDENCE_CHANGED
-    assert replay.metadata.checker is None
+    assert replay.metadata.execution.checker is None
 
 
 @pytest.mark.parametrize("change", ["deleted", "extra", "symlink"])
@@ -85,7 +86,7 @@ def test_replay_after_the_checker_pin_changed_is_blocked(tmp_path: Path) -> None
     scenario.checker_script.write_text(scenario.checker_script.read_text() + "# v2\n")
     replay = replay_stored(run.attempt_dir)
     assert replay.reason is Reason.PIN_MISMATCH
-    assert str(scenario.checker_script) in replay.metadata.detail
+    assert str(scenario.checker_script) in replay.metadata.decision.detail
 
 
 def test_replay_uses_the_currently_pinned_checker(tmp_path: Path) -> None:
@@ -98,7 +99,7 @@ def test_replay_uses_the_currently_pinned_checker(tmp_path: Path) -> None:
     scenario.write_manifest()
     replay = replay_stored(run.attempt_dir)
     assert replay.reason is Reason.RECEIPT_MISSING
-    assert replay.metadata.check_digest != run.metadata.check_digest
+    assert replay.metadata.checked.check_digest != run.metadata.checked.check_digest
 
 
 def test_replay_never_trusts_the_stored_status(tmp_path: Path) -> None:
@@ -135,8 +136,9 @@ def test_replay_checks_the_current_specification(tmp_path: Path) -> None:
     (scenario.repo / "spec" / "claim.txt").write_text("claim: 2 + 2 = 4\n")
     replay = replay_stored(run.attempt_dir)
     assert replay.status is Status.PASS
-    assert replay.metadata.specification_digest == sha256_file(scenario.repo / "spec" / "claim.txt")
-    assert replay.metadata.specification_digest != run.metadata.specification_digest
+    specification_digest = replay.metadata.checked.specification_digest
+    assert specification_digest == sha256_file(scenario.repo / "spec" / "claim.txt")
+    assert specification_digest != run.metadata.checked.specification_digest
 
 
 def test_unreadable_or_forged_run_records_are_refused(tmp_path: Path) -> None:

@@ -120,9 +120,10 @@ def test_pin_swapped_after_identity_build_and_before_producer_launch_blocks(
     outcome = scenario.run(progress=swap)
     assert outcome.status is Status.BLOCKED
     assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
-    assert str(swapped) in outcome.metadata.detail
+    assert str(swapped) in outcome.metadata.decision.detail
     assert not marker.exists(), "the producer must not have been launched"
-    assert outcome.metadata.producer is None and outcome.metadata.checker is None
+    execution = outcome.metadata.execution
+    assert execution.producer is None and execution.checker is None
 
 
 def test_checker_dependency_swapped_by_the_producer_blocks_before_checker_launch(
@@ -134,8 +135,9 @@ def test_checker_dependency_swapped_by_the_producer_blocks_before_checker_launch
     scenario = Scenario(tmp_path, producer=producer, checker_deps=(helper,))
     outcome = scenario.run()
     assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
-    assert "before the checker launch" in outcome.metadata.detail
-    assert outcome.metadata.producer is not None and outcome.metadata.checker is None
+    assert "before the checker launch" in outcome.metadata.decision.detail
+    execution = outcome.metadata.execution
+    assert execution.producer is not None and execution.checker is None
     assert not Path(outcome.attempt_dir, "checker", "receipt.json").exists()
 
 
@@ -145,7 +147,7 @@ def test_pin_that_does_not_hold_at_identity_build_blocks(tmp_path: Path) -> None
     scenario.checker_script.write_text(scenario.checker_script.read_text() + "# edit\n")
     outcome = scenario.run(entry=entry)
     assert outcome.reason is Reason.PIN_MISMATCH
-    assert outcome.metadata.check_digest is None
+    assert outcome.metadata.checked.check_digest is None
 
 
 def test_checker_that_modifies_its_own_script_blocks_after_the_run(tmp_path: Path) -> None:
@@ -174,7 +176,7 @@ def test_a_checker_cannot_write_to_the_sealed_copy_it_runs(tmp_path: Path) -> No
         ),
     )
     outcome = scenario.run()
-    assert outcome.status is Status.PASS, outcome.metadata.detail
+    assert outcome.status is Status.PASS, outcome.metadata.decision.detail
     assert outcome.metadata.containment is not None
 
 
@@ -187,7 +189,7 @@ def test_job_digest_and_binding_are_validated_before_execution(tmp_path: Path) -
     other = seal_job("job-1", "another-check", "x")
     outcome = scenario.run("b", job=other)
     assert outcome.reason is Reason.JOB_CHECK_MISMATCH
-    assert outcome.metadata.producer is None
+    assert outcome.metadata.execution.producer is None
 
 
 def test_input_missing_or_escaping_at_run_time_blocks(tmp_path: Path) -> None:
@@ -255,7 +257,7 @@ def test_evidence_must_be_exactly_the_declared_regular_files(
     scenario = Scenario(tmp_path, producer=_WRITE + body + "\n")
     outcome = scenario.run()
     assert outcome.status is Status.BLOCKED and outcome.reason is reason
-    assert outcome.metadata.checker is None
+    assert outcome.metadata.execution.checker is None
 
 
 def test_a_symlinked_parent_directory_escaping_evidence_is_refused(tmp_path: Path) -> None:
@@ -340,9 +342,9 @@ def test_checker_changing_the_evidence_blocks(tmp_path: Path) -> None:
 def test_failing_producer_blocks_without_running_the_checker(tmp_path: Path) -> None:
     outcome = Scenario(tmp_path, producer="import sys\nsys.exit(3)\n").run()
     assert outcome.reason is Reason.PRODUCER_FAILED
-    assert outcome.metadata.producer is not None
-    assert outcome.metadata.producer.returncode == 3
-    assert outcome.metadata.checker is None
+    assert outcome.metadata.execution.producer is not None
+    assert outcome.metadata.execution.producer.returncode == 3
+    assert outcome.metadata.execution.checker is None
 
 
 def test_unlaunchable_executable_blocks(tmp_path: Path) -> None:
@@ -355,17 +357,18 @@ def test_unlaunchable_executable_blocks(tmp_path: Path) -> None:
 def test_checker_exit_zero_without_receipt_blocks(tmp_path: Path) -> None:
     outcome = Scenario(tmp_path, checker_custom="WRITE = False").run()
     assert outcome.reason is Reason.RECEIPT_MISSING
-    assert outcome.metadata.checker is not None and outcome.metadata.checker.returncode == 0
+    checker = outcome.metadata.execution.checker
+    assert checker is not None and checker.returncode == 0
 
 
 def test_checker_exit_nonzero_with_an_accepting_receipt_blocks(tmp_path: Path) -> None:
     outcome = Scenario(tmp_path, checker_custom="EXIT = 1").run()
     assert outcome.reason is Reason.CHECKER_FAILED
-    assert outcome.metadata.verdict is None
+    assert outcome.metadata.decision.verdict is None
     receipt = Path(outcome.attempt_dir, "checker", "receipt.json")
     assert json.loads(receipt.read_bytes())["verdict"] == "accepted"
     # retained for the record, never validated as a result
-    assert outcome.metadata.receipt_sha256 == sha256_file(receipt)
+    assert outcome.metadata.execution.receipt_sha256 == sha256_file(receipt)
 
 
 def test_receipt_that_is_a_symlink_blocks(tmp_path: Path) -> None:
@@ -387,9 +390,9 @@ def test_stdout_and_stderr_are_captured_up_to_the_cap(tmp_path: Path) -> None:
     assert outcome.status is Status.PASS
     log = Path(outcome.attempt_dir, "producer", "stdout.log")
     assert log.stat().st_size == 1024 * 1024
-    assert outcome.metadata.producer is not None
-    assert outcome.metadata.producer.stdout_truncated
-    assert not outcome.metadata.producer.stderr_truncated
+    assert outcome.metadata.execution.producer is not None
+    assert outcome.metadata.execution.producer.stdout_truncated
+    assert not outcome.metadata.execution.producer.stderr_truncated
     assert Path(outcome.attempt_dir, "producer", "stderr.log").read_text() == "warn\n"
 
 
@@ -431,4 +434,4 @@ def test_rejected_and_unknown_are_inconclusive_blocked(
     outcome = Scenario(tmp_path, checker_custom=mutate).run()
     assert outcome.status is Status.BLOCKED
     assert outcome.reason is reason
-    assert outcome.metadata.verdict is verdict
+    assert outcome.metadata.decision.verdict is verdict

@@ -121,7 +121,7 @@ def test_a_pinned_file_replaced_by_a_fifo_blocks_the_run_not_hangs_it(tmp_path: 
     outcome = _within(10.0, helper, scenario.run)
     assert outcome.status is Status.BLOCKED
     assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
-    assert outcome.metadata.checker is None
+    assert outcome.metadata.execution.checker is None
 
 
 # --- trees the producer builds to crash the walk, and paths that are not UTF-8 --------
@@ -240,7 +240,7 @@ def test_a_command_that_swaps_its_role_directory_for_a_symlink_is_tampering(
         scenario = Scenario(tmp_path, checker_custom=custom)
     outcome = scenario.run()
     assert outcome.status is Status.BLOCKED
-    assert outcome.reason is Reason.RUN_DIR_TAMPERED, outcome.metadata.detail
+    assert outcome.reason is Reason.RUN_DIR_TAMPERED, outcome.metadata.decision.detail
     assert sorted(p.name for p in (outside / "moved").iterdir()) == (
         ["request.json"] if role == "producer" else ["receipt.json", "request.json"]
     )

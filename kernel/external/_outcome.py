@@ -6,6 +6,9 @@ Rules (seed 003, "Verdict semantics"):
 - every other ending is BLOCKED with exactly one ``Reason``: inconclusive,
   never a counterexample (the protocol has no FAIL);
 - ``reason`` is None exactly when the status is PASS.
+
+``RunMetadata`` is four grouped records (ADR 0017) written as one flat
+``metadata.json`` object.
 """
 
 from __future__ import annotations
@@ -18,12 +21,17 @@ import attrs
 from kernel.external._contain import ContainmentLevel
 from kernel.external._process import ProcessResult, ProcessStatus
 from kernel.identity import is_digest, sha256_hex
+from kernel.serde import FLATTENED
 
 __all__ = [
     "METADATA_SCHEMA_VERSION",
+    "CheckedDigests",
+    "Decision",
+    "Execution",
     "FileDigest",
     "ProcessSummary",
     "Reason",
+    "RunIdentity",
     "RunKind",
     "RunMetadata",
     "RunOutcome",
@@ -164,22 +172,25 @@ def summarize_process(result: ProcessResult) -> ProcessSummary:
     )
 
 
-def _check_status_reason(instance: RunMetadata, _a: attrs.Attribute[int], _v: int) -> None:
-    if (instance.status is Status.PASS) != (instance.reason is None):
-        raise ValueError("reason is None exactly when status is PASS")
-    if instance.metadata_schema_version != METADATA_SCHEMA_VERSION:
-        raise ValueError(f"metadata_schema_version is not {METADATA_SCHEMA_VERSION}")
+# --- the metadata, in four groups (ADR 0017) ---------------------------------------
+#
+# metadata.json stays one flat object (its bytes and its schema did not change
+# when the record was grouped): each group is a field marked FLATTENED, whose
+# own fields the converter of kernel.serde reads and writes as the document's
+# top-level keys. Group and field order is the document's historical field
+# order, so the schema's "required" list and the order of several structuring
+# errors are unchanged too.
 
 
 @final
 @attrs.frozen
-class RunMetadata:
-    """Everything a run or replay retains, written atomically as metadata.json.
+class RunIdentity:
+    """Which attempt this is, and the check, job, manifest and repository it was bound to.
 
-    Optional fields are None when the run stopped before reaching them.
+    Everything here is known before anything runs; ``replay_of`` is the run a
+    replay re-checks (None for a first run).
     """
 
-    metadata_schema_version: int = attrs.field(validator=_check_status_reason)
     kind: RunKind
     run_id: str
     replay_of: str | None
@@ -188,22 +199,83 @@ class RunMetadata:
     repository_root: str
     job_id: str
     job_digest: str
-    containment: ContainmentLevel | None
+
+
+@final
+@attrs.frozen
+class CheckedDigests:
+    """The digests of what was checked: identity(check), the frozen inputs, the evidence.
+
+    Each is None (or empty) until the step that computes it has run.
+    """
+
     check_digest: str | None = attrs.field(validator=_check_digest_or_none)
     input_digest: str | None = attrs.field(validator=_check_digest_or_none)
     inputs: tuple[FileDigest, ...]
     specification_digest: str | None = attrs.field(validator=_check_digest_or_none)
     artifacts: tuple[FileDigest, ...]
     evidence_digest: str | None = attrs.field(validator=_check_digest_or_none)
+
+
+@final
+@attrs.frozen
+class Execution:
+    """How the two commands ran: each request's hash, each process's summary, the receipt's hash.
+
+    A replay has no producer, so its producer fields stay None.
+    """
+
     producer: ProcessSummary | None
     checker: ProcessSummary | None
     producer_request_sha256: str | None = attrs.field(validator=_check_digest_or_none)
     checker_request_sha256: str | None = attrs.field(validator=_check_digest_or_none)
     receipt_sha256: str | None = attrs.field(validator=_check_digest_or_none)
+
+
+def _check_status_reason(instance: Decision, _a: attrs.Attribute[Status], _v: Status) -> None:
+    if (instance.status is Status.PASS) != (instance.reason is None):
+        raise ValueError("reason is None exactly when status is PASS")
+
+
+@final
+@attrs.frozen
+class Decision:
+    """The outcome: the receipt's verdict (if one was read), PASS or BLOCKED, why, in words.
+
+    ``reason`` is None exactly when the status is PASS (seed 003, "Verdict
+    semantics"); the rule is checked whenever a decision is built or read.
+    """
+
     verdict: Verdict | None
-    status: Status
+    status: Status = attrs.field(validator=_check_status_reason)
     reason: Reason | None
     detail: str
+
+
+def _check_schema_version(instance: RunMetadata, _a: attrs.Attribute[int], value: int) -> None:
+    if value != METADATA_SCHEMA_VERSION:
+        raise ValueError(f"metadata_schema_version is not {METADATA_SCHEMA_VERSION}")
+
+
+_FLAT: Final = {FLATTENED: True}
+
+
+@final
+@attrs.frozen
+class RunMetadata:
+    """Everything a run or replay retains, written atomically as metadata.json.
+
+    Four groups (``run``, ``checked``, ``execution``, ``decision``) and the
+    containment level the attempt ran at; the document is flat (ADR 0017).
+    Optional fields are None when the run stopped before reaching them.
+    """
+
+    metadata_schema_version: int = attrs.field(validator=_check_schema_version)
+    run: RunIdentity = attrs.field(metadata=_FLAT)
+    containment: ContainmentLevel | None
+    checked: CheckedDigests = attrs.field(metadata=_FLAT)
+    execution: Execution = attrs.field(metadata=_FLAT)
+    decision: Decision = attrs.field(metadata=_FLAT)
 
 
 @final
@@ -217,9 +289,9 @@ class RunOutcome:
     @property
     def status(self) -> Status:
         """PASS or BLOCKED."""
-        return self.metadata.status
+        return self.metadata.decision.status
 
     @property
     def reason(self) -> Reason | None:
         """Why BLOCKED; None for PASS."""
-        return self.metadata.reason
+        return self.metadata.decision.reason

@@ -86,9 +86,9 @@ def _read_job(path: Path, original: RunMetadata) -> tuple[Job, bytes]:
     except SerdeError as exc:
         raise RunRecordError(f"retained_job_{exc.code}", f"{exc.path}: {exc.message}") from exc
     if (job.job_id, job.job_digest, job.check_id) != (
-        original.job_id,
-        original.job_digest,
-        original.check_id,
+        original.run.job_id,
+        original.run.job_digest,
+        original.run.check_id,
     ):
         raise RunRecordError(
             "retained_job_mismatch", f"{path} is not the job the run's metadata records"
@@ -135,18 +135,20 @@ def replay_run(
     """
     run_dir = Path(os.path.realpath(run_dir))
     original = read_run_metadata(run_dir / "metadata.json")
-    if original.kind is not RunKind.RUN:
-        raise RunRecordError("not_a_run", f"{run_dir} holds a {original.kind.value}, not a run")
+    if original.run.kind is not RunKind.RUN:
+        raise RunRecordError(
+            "not_a_run", f"{run_dir} holds a {original.run.kind.value}, not a run"
+        )
     job, job_bytes = _read_job(run_dir / "job.json", original)
     manifest_file, root = manifest_path, repository_root
-    entry = load_manifest(manifest_file, repository_root=root).entry(original.check_id)
+    entry = load_manifest(manifest_file, repository_root=root).entry(original.run.check_id)
     require_utf8_path(os.path.abspath(manifest_file), "manifest path")
     require_utf8_path(os.path.abspath(root), "repository root")
     attempt = fresh_attempt(_replays_parent(run_dir), replay_id)
     rec = Recorder(
         kind=RunKind.REPLAY,
         run_id=replay_id,
-        replay_of=original.run_id,
+        replay_of=original.run.run_id,
         check_id=entry.check_id,
         manifest_path=os.path.abspath(manifest_file),
         repository_root=os.path.abspath(root),
@@ -164,23 +166,24 @@ def replay_run(
         freeze_snapshot(entry, root, rec, attempt)
         if progress is not None:
             progress(Stage.SNAPSHOT_READY)
-        if original.evidence_digest is None or not original.artifacts:
+        recorded = original.checked  # what the run says it produced: checked, never trusted
+        if recorded.evidence_digest is None or not recorded.artifacts:
             raise Block(Reason.EVIDENCE_CHANGED, "the run retained no complete evidence")
         try:
             retained = hash_evidence(run_dir / "evidence", entry.evidence_artifacts)
         except Block as block:
             raise Block(Reason.EVIDENCE_CHANGED, f"retained evidence: {block.detail}") from block
-        if retained != original.artifacts or list_digest(retained) != original.evidence_digest:
+        if retained != recorded.artifacts or list_digest(retained) != recorded.evidence_digest:
             raise Block(
                 Reason.EVIDENCE_CHANGED,
                 "retained evidence differs from the digests recorded by the run",
             )
-        if expected_evidence_digest is not None and original.evidence_digest != (
+        if expected_evidence_digest is not None and recorded.evidence_digest != (
             expected_evidence_digest
         ):
             raise Block(
                 Reason.EVIDENCE_CHANGED,
-                f"retained evidence digest {original.evidence_digest} is not the "
+                f"retained evidence digest {recorded.evidence_digest} is not the "
                 f"operator's {expected_evidence_digest}",
             )
         attempt.evidence.mkdir()

@@ -31,6 +31,7 @@ def audit_external(a: Auditor, run: Path) -> RunMetadata | None:
     if metadata is None:
         return None
     _symlinked_dirs(a, run)
+    checked, execution = metadata.checked, metadata.execution
     job = a.document(run / "job.json")
     if isinstance(job, dict):
         a.compare(
@@ -40,50 +41,50 @@ def audit_external(a: Auditor, run: Path) -> RunMetadata | None:
             digest({**job, "job_digest": ""}),
             AuditCode.ID_MISMATCH,
         )
-        a.compare(meta_path, "job_digest", metadata.job_digest, job.get("job_digest"))
-        a.compare(meta_path, "job_id", metadata.job_id, job.get("job_id"))
-    identity = a.document(run / "identity.json") if metadata.check_digest is not None else None
+        a.compare(meta_path, "job_digest", metadata.run.job_digest, job.get("job_digest"))
+        a.compare(meta_path, "job_id", metadata.run.job_id, job.get("job_id"))
+    identity = a.document(run / "identity.json") if checked.check_digest is not None else None
     if identity is not None:
         a.compare(
             meta_path,
             "check_digest",
-            metadata.check_digest,
+            checked.check_digest,
             digest(identity),
             AuditCode.ID_MISMATCH,
         )
-        a.compare(meta_path, "check_id", metadata.check_id, field_of(identity, "check_id"))
-    _audit_tree(a, run / "snapshot", "input", [(d.path, d.sha256) for d in metadata.inputs])
-    if metadata.input_digest is not None:
+        a.compare(meta_path, "check_id", metadata.run.check_id, field_of(identity, "check_id"))
+    _audit_tree(a, run / "snapshot", "input", [(d.path, d.sha256) for d in checked.inputs])
+    if checked.input_digest is not None:
         a.compare(
             meta_path,
             "input_digest",
-            metadata.input_digest,
-            pairs_digest([(d.path, d.sha256) for d in metadata.inputs]),
+            checked.input_digest,
+            pairs_digest([(d.path, d.sha256) for d in checked.inputs]),
             AuditCode.ID_MISMATCH,
         )
-    if metadata.specification_digest is not None:
+    if checked.specification_digest is not None:
         specification = field_of(field_of(identity, "claim"), "specification")
-        by_path = {d.path: d.sha256 for d in metadata.inputs}
+        by_path = {d.path: d.sha256 for d in checked.inputs}
         a.compare(
             meta_path,
             "specification_digest",
-            metadata.specification_digest,
+            checked.specification_digest,
             by_path.get(specification) if isinstance(specification, str) else None,
         )
-    if metadata.evidence_digest is not None:
+    if checked.evidence_digest is not None:
         _audit_tree(
-            a, run / "evidence", "artifact", [(d.path, d.sha256) for d in metadata.artifacts]
+            a, run / "evidence", "artifact", [(d.path, d.sha256) for d in checked.artifacts]
         )
         a.compare(
             meta_path,
             "evidence_digest",
-            metadata.evidence_digest,
-            pairs_digest([(d.path, d.sha256) for d in metadata.artifacts]),
+            checked.evidence_digest,
+            pairs_digest([(d.path, d.sha256) for d in checked.artifacts]),
             AuditCode.ID_MISMATCH,
         )
     for role, summary, request_sha in (
-        ("producer", metadata.producer, metadata.producer_request_sha256),
-        ("checker", metadata.checker, metadata.checker_request_sha256),
+        ("producer", execution.producer, execution.producer_request_sha256),
+        ("checker", execution.checker, execution.checker_request_sha256),
     ):
         if request_sha is not None:
             a.file_digest(run / role / "request.json", f"{role}_request_sha256", request_sha)
@@ -91,9 +92,9 @@ def audit_external(a: Auditor, run: Path) -> RunMetadata | None:
         if summary is not None:
             a.file_digest(run / role / "stdout.log", f"{role}.stdout_sha256", summary.stdout_sha256)
             a.file_digest(run / role / "stderr.log", f"{role}.stderr_sha256", summary.stderr_sha256)
-    if metadata.receipt_sha256 is not None:
-        a.file_digest(run / "checker" / "receipt.json", "receipt_sha256", metadata.receipt_sha256)
-    if metadata.verdict is not None:
+    if execution.receipt_sha256 is not None:
+        a.file_digest(run / "checker" / "receipt.json", "receipt_sha256", execution.receipt_sha256)
+    if metadata.decision.verdict is not None:
         _audit_checker_receipt(a, run / "checker" / "receipt.json", metadata, identity)
     _audit_status(a, meta_path, metadata)
     replays = run / "replays"
@@ -152,19 +153,20 @@ def _audit_request(
     request = a.document(path)
     if not isinstance(request, dict):
         return
+    run, checked = metadata.run, metadata.checked
     bound: dict[str, object] = {
-        "run_id": metadata.run_id,
-        "job_id": metadata.job_id,
-        "job_digest": metadata.job_digest,
-        "check_id": metadata.check_id,
-        "check_digest": metadata.check_digest,
-        "specification_digest": metadata.specification_digest,
-        "input_digest": metadata.input_digest,
+        "run_id": run.run_id,
+        "job_id": run.job_id,
+        "job_digest": run.job_digest,
+        "check_id": run.check_id,
+        "check_digest": checked.check_digest,
+        "specification_digest": checked.specification_digest,
+        "input_digest": checked.input_digest,
     }
     if identity is not None:
         bound["identity"] = identity
     if role == "checker":
-        bound["evidence_digest"] = metadata.evidence_digest
+        bound["evidence_digest"] = checked.evidence_digest
     for name, value in bound.items():
         if name in request:
             a.compare(path, f"{role} request {name}", request[name], value)
@@ -179,14 +181,15 @@ def _audit_checker_receipt(
     if not isinstance(receipt, dict):
         a.finding(path, "receipt", AuditCode.MALFORMED, "the receipt is not a JSON object")
         return
+    run, checked, verdict = metadata.run, metadata.checked, metadata.decision.verdict
     bound: dict[str, object] = {
-        "run_id": metadata.run_id,
-        "job_id": metadata.job_id,
-        "check_id": metadata.check_id,
-        "check_digest": metadata.check_digest,
-        "specification_digest": metadata.specification_digest,
-        "evidence_digest": metadata.evidence_digest,
-        "verdict": metadata.verdict.value if metadata.verdict is not None else None,
+        "run_id": run.run_id,
+        "job_id": run.job_id,
+        "check_id": run.check_id,
+        "check_digest": checked.check_digest,
+        "specification_digest": checked.specification_digest,
+        "evidence_digest": checked.evidence_digest,
+        "verdict": verdict.value if verdict is not None else None,
     }
     if identity is not None:
         bound["identity"] = identity
@@ -197,17 +200,18 @@ def _audit_checker_receipt(
 def _audit_status(a: Auditor, path: Path, metadata: RunMetadata) -> None:
     # PASS exists only as an accepting, retained, valid receipt (seed 003).
     a.checked += 1
-    if metadata.status is Status.PASS and (
-        metadata.verdict is not Verdict.ACCEPTED
-        or metadata.receipt_sha256 is None
-        or metadata.evidence_digest is None
-        or metadata.check_digest is None
+    decision = metadata.decision
+    if decision.status is Status.PASS and (
+        decision.verdict is not Verdict.ACCEPTED
+        or metadata.execution.receipt_sha256 is None
+        or metadata.checked.evidence_digest is None
+        or metadata.checked.check_digest is None
     ):
         a.finding(
             path,
             "status",
             AuditCode.INCONSISTENT,
             "PASS without an accepting, retained receipt",
-            metadata.status.value,
-            metadata.verdict.value if metadata.verdict is not None else None,
+            decision.status.value,
+            decision.verdict.value if decision.verdict is not None else None,
         )

@@ -56,7 +56,7 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
     if metadata is None and run.exists() and not (run / METADATA).exists():
         a.finding(run / METADATA, "file", AuditCode.MISSING, "absent")
     if metadata is not None:
-        a.compare(run / METADATA, "job_id", metadata.job_id, f"certify-{attempt.name}")
+        a.compare(run / METADATA, "job_id", metadata.run.job_id, f"certify-{attempt.name}")
     _audit_manifest_copy(a, attempt, run)
     record = attempt / CERTIFICATION_RECORD
     if not record.exists() and not record.is_symlink():
@@ -83,15 +83,15 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
     a.compare(record, "problem-digest", settings.get("problem-digest"), problem_sha)
     if metadata is None:
         return evidence
-    a.compare(record, "check-digest", check, metadata.check_digest)
+    a.compare(record, "check-digest", check, metadata.checked.check_digest)
     a.compare(
         record,
         "problem-digest (run)",
         settings.get("problem-digest"),
-        metadata.specification_digest,
+        metadata.checked.specification_digest,
     )
     # The receipt binds the run's metadata through the backend output document.
-    work_dir = Path(metadata.repository_root).parent.parent
+    work_dir = Path(metadata.run.repository_root).parent.parent
     output = backend_output(
         RunOutcome(str(run), metadata),
         candidate_digest=receipt.candidate.digest,

@@ -133,28 +133,29 @@ def backend_output(
     ``<reason>: <detail>``. ``evidence`` holds the retained digests only.
     """
     meta = outcome.metadata
-    match meta.status:
+    run, checked, decision = meta.run, meta.checked, meta.decision
+    match decision.status:
         case Status.PASS:
             verdict, detail = "verified", ""
         case Status.BLOCKED:
-            reason = meta.reason.value if meta.reason is not None else "blocked"
-            detail = f"{reason}: {meta.detail}".replace(str(work_dir), _WORK_DIR_MARK)
+            reason = decision.reason.value if decision.reason is not None else "blocked"
+            detail = f"{reason}: {decision.detail}".replace(str(work_dir), _WORK_DIR_MARK)
             verdict = "unknown"
         case _:
-            assert_never(meta.status)
+            assert_never(decision.status)
     evidence: JsonValue = {
-        "artifacts": unstructure(meta.artifacts),
-        "check_digest": meta.check_digest,
-        "check_id": meta.check_id,
-        "evidence_digest": meta.evidence_digest,
-        "input_digest": meta.input_digest,
-        "job_digest": meta.job_digest,
-        "job_id": meta.job_id,
-        "reason": meta.reason.value if meta.reason is not None else None,
-        "receipt_sha256": meta.receipt_sha256,
-        "run_id": meta.run_id,
-        "specification_digest": meta.specification_digest,
-        "status": meta.status.value,
+        "artifacts": unstructure(checked.artifacts),
+        "check_digest": checked.check_digest,
+        "check_id": run.check_id,
+        "evidence_digest": checked.evidence_digest,
+        "input_digest": checked.input_digest,
+        "job_digest": run.job_digest,
+        "job_id": run.job_id,
+        "reason": decision.reason.value if decision.reason is not None else None,
+        "receipt_sha256": meta.execution.receipt_sha256,
+        "run_id": run.run_id,
+        "specification_digest": checked.specification_digest,
+        "status": decision.status.value,
     }
     return {
         "backend": CERTIFICATION_BACKEND,
@@ -222,7 +223,8 @@ class ExternalCertifier:
         if isinstance(plan, Rejection):
             raise _NoEvidence(f"planning rejected: {plan.code.value}: {plan.message}")
         outcome = self._run(replay_input.attempt_id, replay_input.candidate_digest, problem)
-        ran = (outcome.metadata.specification_digest, outcome.metadata.check_digest)
+        checked = outcome.metadata.checked
+        ran = (checked.specification_digest, checked.check_digest)
         if outcome.status is Status.PASS and ran != (problem_digest(problem), check_digest):
             # The plan binds the problem and the check; a PASS about anything else
             # (the specification changed on disk before the snapshot) closes nothing.
