@@ -142,7 +142,7 @@ def run_check(
         verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the producer")
         if attempt.role_dir(Role.CHECKER).exists() or attempt.role_dir(Role.CHECKER).is_symlink():
             raise Block(Reason.RUN_DIR_TAMPERED, "checker/ appeared while the producer ran")
-        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts)
+        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts, attempt.files)
         rec.evidence_digest = list_digest(rec.artifacts)
         check_phase(
             RunKind.RUN,
