@@ -133,8 +133,6 @@ def test_a_probe_on_another_filesystem_settles_nothing(tmp_path: Path) -> None:
     target.write_bytes(b"a" * 64)
     ledger = FileLedger()
     ledger.sha256(target, follow_symlinks=False)
-    fd = os.open(shm, os.O_RDONLY | os.O_DIRECTORY)
-    os.close(fd)
     probe = shm / f"ledger-probe-{os.getpid()}"
     try:
         probe.write_bytes(b"probe")
