@@ -5,7 +5,8 @@ Rules:
 - metadata and requests are written to a temporary file in the same
   directory and renamed with ``os.replace``: a reader sees the old file or
   the new one, never a torn one; only the commit point (``metadata.json``,
-  written last) is fsynced, with its directory;
+  written last) is fsynced, with its directory (and, by the caller, the
+  directory holding the attempt: ADR 0009, "Lean steps");
 - hashing a tree never follows a symlink, and reports every entry that is not
   a plain directory or regular file;
 - a path digest list is ``[[path, sha256], ...]`` sorted by path, and its
@@ -37,6 +38,7 @@ __all__ = [
     "FileLedger",
     "TreeEntry",
     "copy_hashed",
+    "fsync_directory",
     "list_digest",
     "open_regular",
     "read_capped",
@@ -92,11 +94,16 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
             os.unlink(temp)
         raise
     if durable:
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        fsync_directory(path.parent)
+
+
+def fsync_directory(path: Path) -> None:
+    """Make the entries of directory ``path`` durable (part of a commit point)."""
+    directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def write_json_atomic(path: Path, value: JsonValue) -> bytes:

@@ -31,6 +31,7 @@ from kernel.external._contain import (
 from kernel.external._files import (
     FileLedger,
     copy_hashed,
+    fsync_directory,
     list_digest,
     read_capped,
     sha256_nofollow,
@@ -689,7 +690,10 @@ def finish(rec: Recorder, attempt: Attempt, body: Callable[[], None]) -> RunOutc
     else:
         metadata = rec.freeze(Status.PASS, None, "accepted by a valid receipt")
     try:
+        # The commit point (ADR 0009, "Lean steps"): the metadata, its directory,
+        # and the directory that holds the attempt's own entry.
         write_atomic(attempt.root / "metadata.json", dumps(metadata) + b"\n", durable=True)
+        fsync_directory(attempt.root.parent)
     except OSError as exc:
         raise RunDirectoryError("metadata_unwritable", f"{attempt.root}: {exc}") from exc
     return RunOutcome(str(attempt.root), metadata)
