@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 from kernel.external import Reason, Status
 from kernel.external._files import FileLedger, _filesystem_types
+from kernel.orchestrate import audit_run
 from tests.test_external_helpers import HONEST_PRODUCER, Scenario
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -246,3 +248,42 @@ def test_an_honest_run_passes_with_every_file_read_once(tmp_path: Path) -> None:
     outcome = scenario.run()
     assert outcome.status is Status.PASS, outcome.metadata.detail
     assert outcome.metadata.inputs[0].sha256 == _sha256(scenario.repo / "data" / "input.txt")
+
+
+# --- one commit point: what a crash may lose is reported, never trusted -------------------
+
+
+@pytest.fixture(scope="module")
+def passed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    outcome = Scenario(tmp_path_factory.mktemp("commit")).run()
+    assert outcome.status is Status.PASS, outcome.metadata.detail
+    return Path(outcome.attempt_dir)
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "checker/receipt.json",
+        "checker/request.json",
+        "producer/request.json",
+        "job.json",
+        "identity.json",
+        "evidence/proof.txt",
+    ],
+)
+@pytest.mark.parametrize("loss", ["lost", "torn"])
+def test_a_file_not_fsynced_and_lost_in_a_crash_is_reported_by_the_audit(
+    passed_run: Path, tmp_path: Path, relative: str, loss: str
+) -> None:
+    # Only metadata.json is fsynced: simulate a crash that kept it but lost
+    # (or left empty) a file it names. The audit must not call the run intact.
+    run = tmp_path / "run"
+    shutil.copytree(passed_run, run, symlinks=True)
+    assert audit_run(run).intact  # the control: the run as written audits intact
+    target = run / relative
+    if loss == "lost":
+        target.unlink()
+    else:
+        target.write_bytes(b"")
+    report = audit_run(run)
+    assert not report.intact
