@@ -1,6 +1,7 @@
 """External checks: ``kernel check run`` against two ``in-toto-run`` steps (issue 10, item 5).
 
     python -m bench._external [--rounds 7]
+    python -m bench._external --quick        # 3 rounds, fewer in-process runs: < 1 minute
 
 Both sides run the same producer and checker scripts on the same ten 1 MiB
 inputs, interleaved round by round (kernel, in-toto, in-toto, kernel, ...):
@@ -18,13 +19,22 @@ its two launches: the run's own CPU (``RUSAGE_SELF``) in-process, with the
 scripts' CPU excluded by construction, with the ten 1 MiB inputs (three
 hashing passes over them: copy, after the producer, after the checker) and
 with one 1 KiB input (the fixed part). And the kernel CLI's start-up, which is
-most of the whole-process difference. Needs ``in-toto`` (``>=3,<4``, in the
-``dev`` extra); without it the comparison says it was skipped.
+most of the whole-process difference. Then the split of that in-process
+CPU by step (pins and identity, snapshot copy, checks after each step, the
+launches' own in-process part: fork, exec, output drain and wait, file
+writes including the one commit point, ...), the bytes the attempt's
+``FileLedger`` read to hash, the ``fsync`` calls, and the hash floor (copying
+and hashing the inputs once, with nothing else). Needs ``in-toto``
+(``>=3,<4``, in the ``dev`` extra); without it the comparison says it was
+skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -35,10 +45,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 INPUTS: Final = 10
 INPUT_BYTES: Final = 1024 * 1024
@@ -193,29 +207,156 @@ def _timed(action: object) -> tuple[float, float]:
     return time.perf_counter() - wall, _children_cpu() - cpu
 
 
-def in_process_overhead(bench: Workbench, runs: int) -> list[float]:
-    """CPU seconds of ``run_check`` in this process, per run (the scripts run elsewhere)."""
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# The split: the steps of run_check, each timed in CPU (this process, all its
+# threads: the output drain of a launch counts in "launch"), nested calls
+# subtracted from their caller. Names are looked up in these modules.
+_SPLIT: Final = {
+    "identity and pins (first read of every pinned file, sealed copies)": ("build_identity",),
+    "snapshot copy (inputs read, hashed and written once)": ("freeze_snapshot",),
+    "checks after the steps (snapshot, evidence, pins: fingerprints)": (
+        "verify_snapshot",
+        "hash_evidence",
+        "recheck_pins",
+    ),
+    "launches, in-process part (fork/exec, drain, wait)": ("run_process",),
+    "file writes (job, identity, requests, logs; metadata commit with fsync)": (
+        "write_atomic",
+        "write_json_atomic",
+    ),
+    "requests and receipt (build, validate)": ("request_object", "validate_receipt"),
+    "attempt directory, job, containment choice": (
+        "fresh_attempt",
+        "check_job",
+        "choose_containment",
+    ),
+}
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+@contextlib.contextmanager
+def _split_cpu(totals: dict[str, float]) -> Iterator[collections.Counter[str]]:
+    """Wrap the steps of ``_SPLIT`` (and ``os.fsync``, counted) for the duration."""
+    import kernel.external._files as files_module
+    import kernel.external._run as run_module
+    import kernel.external._steps as steps_module
+
+    modules = (run_module, steps_module, files_module)
+    nested: list[float] = []
+    saved: list[tuple[object, str, object]] = []
+    counts: collections.Counter[str] = collections.Counter()
+
+    def wrap(label: str, function: _F) -> _F:
+        @functools.wraps(function)
+        def timed(*args: object, **kwargs: object) -> object:
+            start = _self_cpu()
+            nested.append(0.0)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                inner = nested.pop()
+                spent = _self_cpu() - start
+                totals[label] = totals.get(label, 0.0) + spent - inner
+                if nested:
+                    nested[-1] += spent
+
+        return timed  # type: ignore[return-value]  # same signature, wrapped
+
+    for label, names in _SPLIT.items():
+        for module in modules:
+            for name in names:
+                if hasattr(module, name):
+                    saved.append((module, name, getattr(module, name)))
+                    setattr(module, name, wrap(label, getattr(module, name)))
+    fsync = os.fsync
+    ledger_sha256 = files_module.FileLedger.sha256
+
+    def counted_fsync(fd: FileDescriptorLike) -> None:
+        counts["fsync"] += 1
+        fsync(fd)
+
+    def counted_sha256(
+        self: files_module.FileLedger, path: Path | str, *, follow_symlinks: bool
+    ) -> str:
+        before = self.hashed_bytes
+        try:
+            return ledger_sha256(self, path, follow_symlinks=follow_symlinks)
+        finally:
+            counts["hashed"] += self.hashed_bytes - before
+
+    os.fsync = counted_fsync
+    files_module.FileLedger.sha256 = counted_sha256  # type: ignore[method-assign]  # counted
+    try:
+        yield counts
+    finally:
+        os.fsync = fsync
+        files_module.FileLedger.sha256 = ledger_sha256  # type: ignore[method-assign]  # restored
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
+class InProcess:
+    """``run_check`` in this process: CPU per run, its split, bytes hashed, fsyncs."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self.split: dict[str, float] = {}
+        self.counts: collections.Counter[str] = collections.Counter()
+
+
+def in_process_overhead(bench: Workbench, runs: int, *, split: bool = False) -> InProcess:
+    """CPU of ``run_check`` in this process, per run (the scripts run elsewhere).
+
+    With ``split``, the steps are wrapped (``_split_cpu``): the CPU of each,
+    the fsync calls and the bytes the attempts' ledgers read to hash.
+    """
     from kernel.external import RunLimits, default_environment, load_job, load_manifest, run_check
 
     entry = load_manifest(bench.manifest, repository_root=bench.repo).entry("bench")
     job = load_job(bench.job)
+    result = InProcess()
+    with contextlib.ExitStack() as stack:
+        if split:
+            result.counts = stack.enter_context(_split_cpu(result.split))
+        for index in range(runs):
+            start = _self_cpu()
+            outcome = run_check(
+                entry,
+                job,
+                repository_root=bench.repo,
+                manifest_path=bench.manifest,
+                run_root=bench.root / "inproc",
+                run_id=f"i{index}-{'s' if split else 'p'}",
+                limits=RunLimits(60.0, 60.0),
+                environment=default_environment(),
+            )
+            result.samples.append(_self_cpu() - start)
+            if outcome.metadata.status.value != "PASS":
+                raise SystemExit(f"run_check did not pass: {outcome.metadata.detail}")
+    return result
+
+
+def hash_floor(bench: Workbench, runs: int) -> list[float]:
+    """CPU of copying and hashing the declared inputs once, with nothing else."""
     samples: list[float] = []
+    sources = [*sorted((bench.repo / "data").iterdir()), bench.repo / "spec.txt"]
     for index in range(runs):
-        before = resource.getrusage(resource.RUSAGE_SELF)
-        outcome = run_check(
-            entry,
-            job,
-            repository_root=bench.repo,
-            manifest_path=bench.manifest,
-            run_root=bench.root / "inproc",
-            run_id=f"i{index}",
-            limits=RunLimits(60.0, 60.0),
-            environment=default_environment(),
-        )
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        if outcome.metadata.status.value != "PASS":
-            raise SystemExit(f"run_check did not pass: {outcome.metadata.detail}")
-        samples.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        target = bench.root / "floor" / str(index)
+        target.mkdir(parents=True)
+        start = _self_cpu()
+        for source in sources:
+            hasher = hashlib.sha256()
+            with open(source, "rb") as reader, open(target / source.name, "xb") as writer:
+                while chunk := reader.read(1024 * 1024):
+                    hasher.update(chunk)
+                    writer.write(chunk)
+            hasher.hexdigest()
+        samples.append(_self_cpu() - start)
     return samples
 
 
@@ -223,7 +364,14 @@ def _import_cli() -> None:
     subprocess.run([sys.executable, "-c", "import kernel.cli"], check=True)
 
 
-def report(console: Console, rounds: int) -> list[str]:
+def _ms(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values) * 1000:.1f} ms "
+        f"(min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f})"
+    )
+
+
+def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
     """Measure, print and return the result lines."""
     if shutil.which("in-toto-run", path=str(Path(sys.executable).parent)) is None:
         line = "external: skipped (in-toto-run not installed: pip install 'in-toto>=3,<4')"
@@ -241,9 +389,14 @@ def report(console: Console, rounds: int) -> list[str]:
             pair = ((bench.kernel, kernel), (bench.in_toto, toto))
             for action, samples in pair if index % 2 == 0 else pair[::-1]:
                 samples.append(_timed(action))
-        inproc = in_process_overhead(bench, max(3, rounds))
+        runs = 3 if quick else max(5, rounds)
+        time.sleep(2.1)  # the inputs and scripts settle (ADR 0009, "Lean steps")
+        inproc = in_process_overhead(bench, runs)
+        floor = hash_floor(bench, runs)
         small = Workbench(Path(folder) / "small", inputs=1, input_bytes=1024)
-        fixed = in_process_overhead(small, max(5, rounds))
+        time.sleep(2.1)
+        fixed = in_process_overhead(small, runs)
+        split = in_process_overhead(bench, runs, split=True)
         startup = [_timed(_import_cli) for _ in range(rounds)]
     level = available_level()
     ratios_cpu = [k[1] / t[1] for k, t in zip(kernel, toto, strict=True)]
@@ -262,11 +415,25 @@ def report(console: Console, rounds: int) -> list[str]:
         f"{statistics.median(c for _, c in startup) * 1000:.0f} ms; kernel / in-toto without "
         f"it: cpu {_without(kernel, toto, statistics.median(c for _, c in startup)):.2f}x",
         f"  run_check in-process cpu per run (beyond the launched processes): "
-        f"median {statistics.median(inproc) * 1000:.1f} ms "
-        f"(min {min(inproc) * 1000:.1f}, max {max(inproc) * 1000:.1f}); "
-        f"with one 1 KiB input: median {statistics.median(fixed) * 1000:.1f} ms "
-        f"(min {min(fixed) * 1000:.1f}, max {max(fixed) * 1000:.1f})",
+        f"{_ms(inproc.samples)}; with one 1 KiB input: {_ms(fixed.samples)}",
+        f"  hash floor (copy and hash the {INPUTS} inputs once, nothing else): {_ms(floor)}; "
+        f"in-process beyond it: median "
+        f"{(statistics.median(inproc.samples) - statistics.median(floor)) * 1000:.1f} ms",
+        f"  per run: {split.counts['hashed'] // len(split.samples):,} bytes read by the "
+        f"attempt's ledger to hash (first reads of the evidence and of pins that are not "
+        f"sealed copies, and any check whose fingerprint changed or is not trusted; the "
+        f"{INPUTS * INPUT_BYTES:,} input bytes are hashed while copied); "
+        f"{split.counts['fsync'] // len(split.samples)} fsync calls",
+        f"  split of the in-process cpu per run ({len(split.samples)} runs, "
+        f"total {statistics.median(split.samples) * 1000:.1f} ms median):",
     ]
+    accounted = sum(split.split.values()) / len(split.samples)
+    for label, seconds in sorted(split.split.items(), key=lambda item: -item[1]):
+        lines.append(f"    {seconds / len(split.samples) * 1000:6.2f} ms  {label}")
+    lines.append(
+        f"    {(statistics.mean(split.samples) - accounted) * 1000:6.2f} ms  "
+        "the rest (the driver, metadata, pathlib, ...; mean total minus the parts)"
+    )
     for line in lines:
         console.print(line)
     return lines
@@ -281,8 +448,11 @@ def _without(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench._external", description=__doc__)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 rounds and 3 in-process runs (under a minute)"
+    )
     args = parser.parse_args(argv)
-    report(Console(), args.rounds)
+    report(Console(soft_wrap=True), 3 if args.quick else args.rounds, quick=args.quick)
     return 0
 
 
