@@ -235,8 +235,8 @@ class SealedCopies:
 # ARGV; a failed exec is written to the pipe REPORT (closed on a successful
 # exec), so the kernel tells "could not start" from "exited 127".
 # ``reap REPORT PARENT FD ARGV...``: become a child subreaper, run the command, then
-# kill and reap every descendant; SIGTERM (also the parent-death signal) does
-# the same at once. Exit status: the command's (a signal is re-raised).
+# kill and reap every descendant (a blocking wait after each round of kills, no
+# polling); SIGTERM (also the parent-death signal) does the same at once. Exit status: the command's (a signal is re-raised).
 LAUNCHER_SOURCE: Final = r"""
 import os, signal, sys
 def run(report, fd, argv):
@@ -261,19 +261,19 @@ def children(me):
             found.append(int(name))
     return found
 def kill_all(me):
+    # Kill every child, then block until one of them is reaped: each was just
+    # sent SIGKILL, so the wait ends without spinning; orphans re-parented
+    # meanwhile are found by the next scan. Done when no child is left.
     while True:
         for pid in children(me):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                break
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 def finish(status):
     if status is not None and os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
