@@ -7,7 +7,9 @@ collects what the attempt learns and is frozen into ``RunMetadata`` by
 ``finish``, which writes ``metadata.json`` last, in every case.
 
 Nothing here reads the clock, the environment or a global path: deadlines,
-the child environment, the run root and the run id are arguments.
+the child environment, the run root and the run id are arguments. (The
+attempt's ``FileLedger`` reads the wall clock only to decide whether a stat
+fingerprint can stand in for hashing a file again; nothing records it.)
 """
 
 from __future__ import annotations
