@@ -236,7 +236,8 @@ class SealedCopies:
 # exec), so the kernel tells "could not start" from "exited 127".
 # ``reap REPORT PARENT FD ARGV...``: become a child subreaper, run the command, then
 # kill and reap every descendant (a blocking wait after each round of kills, no
-# polling); SIGTERM (also the parent-death signal) does the same at once. Exit status: the command's (a signal is re-raised).
+# polling); SIGTERM (also the parent-death signal) does the same at once.
+# Exit status: the command's (a signal is re-raised).
 LAUNCHER_SOURCE: Final = r"""
 import os, signal, sys
 def run(report, fd, argv):

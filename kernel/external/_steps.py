@@ -8,8 +8,7 @@ collects what the attempt learns and is frozen into ``RunMetadata`` by
 
 Nothing here reads the clock, the environment or a global path: deadlines,
 the child environment, the run root and the run id are arguments. (The
-attempt's ``FileLedger`` reads the wall clock only to decide whether a stat
-fingerprint can stand in for hashing a file again; nothing records it.)
+``FileLedger`` reads the wall clock only to trust a fingerprint, never records it.)
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from kernel.external._files import (
     fsync_directory,
     list_digest,
     read_capped,
-    sha256_nofollow,
     walk_tree,
     write_atomic,
     write_json_atomic,
@@ -164,12 +162,8 @@ class Recorder:
 
 @attrs.frozen
 class Attempt:
-    """One attempt directory, with what the attempt has read so far.
-
-    ``files`` hashes each file once per attempt (pins, snapshot, evidence) and
-    compares fingerprints afterwards; ``sealed`` holds the sealed copies both
-    launches run. ``finish`` closes them.
-    """
+    """One attempt directory; ``files`` reads each file once per attempt (then compares
+    fingerprints), ``sealed`` holds the sealed copies both launches run."""
 
     root: Path
     files: FileLedger = attrs.field(factory=FileLedger, eq=False, repr=False)
@@ -384,6 +378,7 @@ def hash_evidence(
     """
     if not _is_real_directory(evidence):
         raise Block(Reason.ARTIFACT_SYMLINK, "evidence/ is no longer a plain directory")
+    files = ledger if ledger is not None else FileLedger()
     digests: list[FileDigest] = []
     for relative in declared:
         current = evidence
@@ -403,12 +398,7 @@ def hash_evidence(
                 raise Block(
                     Reason.ARTIFACT_NOT_REGULAR, f"artifact {relative!r} is not a regular file"
                 )
-        sha256 = (
-            sha256_nofollow(current)
-            if ledger is None
-            else ledger.sha256(current, follow_symlinks=False)
-        )
-        digests.append(FileDigest(relative, sha256))
+        digests.append(FileDigest(relative, files.sha256(current, follow_symlinks=False)))
     allowed = set(declared) | {
         "/".join(p.split("/")[:i]) for p in declared for i in range(1, p.count("/") + 1)
     }
