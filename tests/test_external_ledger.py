@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from kernel.external import Reason, Status
-from kernel.external._files import FileLedger, _filesystem_types
+from kernel.external._files import FileLedger, _filesystem_types, copy_hashed
 from kernel.orchestrate import audit_run
 from tests.test_external_helpers import HONEST_PRODUCER, Scenario
 
@@ -287,3 +287,34 @@ def test_a_file_not_fsynced_and_lost_in_a_crash_is_reported_by_the_audit(
         target.write_bytes(b"")
     report = audit_run(run)
     assert not report.intact
+
+
+# --- the snapshot copy: copied by the kernel, hashed from the copy ------------------------
+
+
+@pytest.mark.parametrize("where", ["same filesystem", "from tmpfs"])
+def test_a_snapshot_copy_holds_the_source_bytes_and_their_digest(
+    tmp_path: Path, where: str
+) -> None:
+    # From tmpfs to another filesystem type, copy_file_range is refused and the
+    # copy falls back to reading and writing: both paths must give the same bytes.
+    folder = tmp_path
+    if where == "from tmpfs":
+        shm = Path("/dev/shm")
+        if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+            pytest.skip("no tmpfs at /dev/shm apart from tmp_path")
+        folder = shm / f"ledger-copy-{os.getpid()}"
+        folder.mkdir()
+    try:
+        data = os.urandom(3 * 1024 * 1024 + 17)  # more than one chunk, not a multiple of it
+        source = folder / "source.bin"
+        source.write_bytes(data)
+        ledger = FileLedger()
+        digest = copy_hashed(source, tmp_path / "copy.bin", ledger)
+        assert (tmp_path / "copy.bin").read_bytes() == data
+        assert digest == hashlib.sha256(data).hexdigest()
+        with pytest.raises(FileExistsError):  # never over an existing file
+            copy_hashed(source, tmp_path / "copy.bin")
+    finally:
+        if folder != tmp_path:
+            shutil.rmtree(folder)

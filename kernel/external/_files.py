@@ -189,27 +189,61 @@ def walk_tree(root: Path) -> tuple[TreeEntry, ...]:
 
 
 def copy_hashed(source: Path, target: Path, ledger: FileLedger | None = None) -> str:
-    """Copy a regular file (no symlink at the last component) and return the SHA-256
-    of the bytes written: read once, hashed and written in the same pass.
+    """Copy a regular file (no symlink at the last component) to a new ``target`` and
+    return the SHA-256 of the copy's bytes.
 
-    With a ``ledger``, the copy is recorded there under the fingerprint it
-    has once written, so a later check of the copy need not read it again.
+    The source is read once, by the kernel (``copy_file_range``; a plain
+    read/write loop where the filesystems refuse it), and the copy is then
+    hashed from its own descriptor: the digest is of the bytes the snapshot
+    holds. With a ``ledger``, the copy is recorded there under its
+    fingerprint, so a later check need not read it again.
     """
     fd = open_regular(source)
     try:
-        hasher = hashlib.sha256()
-        with open(target, "xb") as out:
-            while chunk := os.read(fd, _CHUNK):
-                hasher.update(chunk)
-                out.write(chunk)
-            out.flush()
-            written = os.fstat(out.fileno())
-        sha256 = hasher.hexdigest()
-        if ledger is not None:
-            ledger.note(target, fingerprint_of(written), sha256, follow_symlinks=False)
-        return sha256
+        # O_EXCL: never through an existing file or symlink; 0o666 less the umask, as open("x").
+        out = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            _copy_all(fd, out)
+            sha256, written = _hash_descriptor(out, str(target))
+        finally:
+            os.close(out)
     finally:
         os.close(fd)
+    if ledger is not None:
+        ledger.note(target, written, sha256, follow_symlinks=False)
+    return sha256
+
+
+def _copy_all(source: int, target: int) -> None:
+    copied = 0
+    try:
+        while count := os.copy_file_range(source, target, 1 << 30):
+            copied += count
+    except OSError:
+        if copied:
+            raise
+        # Refused before any byte moved (another filesystem type, an old kernel): copy here.
+        while chunk := os.read(source, _CHUNK):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(target, view) :]
+
+
+def _hash_descriptor(fd: int, name: str) -> tuple[str, Fingerprint]:
+    """SHA-256 of the whole file open at ``fd`` (read with ``pread``) and its fingerprint,
+    which must be the same before and after the read, else ``OSError``."""
+    before = os.fstat(fd)
+    hasher = hashlib.sha256()
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    offset = 0
+    while count := os.preadv(fd, [buffer], offset):
+        hasher.update(view[:count])
+        offset += count
+    after = fingerprint_of(os.fstat(fd))
+    if fingerprint_of(before) != after:
+        raise OSError(f"{name} changed while it was hashed")
+    return hasher.hexdigest(), after
 
 
 # --- reading each file once --------------------------------------------------------------
@@ -338,18 +372,10 @@ class FileLedger:
                 return known.sha256
         fd = open_regular(path, follow_symlinks=follow_symlinks)
         try:
-            before = os.fstat(fd)
-            hasher = hashlib.sha256()
-            while chunk := os.read(fd, _CHUNK):
-                hasher.update(chunk)
-                self.hashed_bytes += len(chunk)
-            after = os.fstat(fd)
+            sha256, recorded = _hash_descriptor(fd, os.fspath(path))
         finally:
             os.close(fd)
-        if fingerprint_of(before) != fingerprint_of(after):
-            raise OSError(f"{os.fspath(path)} changed while it was hashed")
-        sha256 = hasher.hexdigest()
-        recorded = fingerprint_of(after)
+        self.hashed_bytes += recorded[2]
         self._known[key] = _Known(recorded, sha256, self._settled(recorded))
         return sha256
 
