@@ -308,9 +308,9 @@ def _source_file(root: Path, relative: str) -> Path:
 def freeze_snapshot(
     entry: CheckEntry, repository_root: Path, rec: Recorder, attempt: Attempt
 ) -> tuple[FileDigest, ...]:
-    """Copy the declared inputs into snapshot/, hashing the bytes as they are copied.
+    """Copy the declared inputs into snapshot/ and hash each copy once.
 
-    Each input is read once: the digest is of the bytes written to the copy.
+    Each input is read once (by the kernel's copy); the digest is of the copy's bytes.
     The snapshot is then checked to hold exactly the declared files (its bytes
     are checked again after each command).
     """
