@@ -16,9 +16,10 @@ Reported per side: median wall time and median CPU of the whole process tree
 (``RUSAGE_CHILDREN``), and the kernel/in-toto ratio of each (< 1: the kernel is
 cheaper). Separately, the kernel's in-process CPU for one ``run_check`` beyond
 its two launches: the run's own CPU (``RUSAGE_SELF``) in-process, with the
-scripts' CPU excluded by construction, with the ten 1 MiB inputs (three
-hashing passes over them: copy, after the producer, after the checker) and
-with one 1 KiB input (the fixed part). And the kernel CLI's start-up, which is
+scripts' CPU excluded by construction, with the ten 1 MiB inputs (copied
+by the kernel and hashed once; the checks after each step compare stat
+fingerprints, ADR 0009 "Lean steps") and with one 1 KiB input (the fixed
+part). And the kernel CLI's start-up, which is
 most of the whole-process difference. Then the split of that in-process
 CPU by step (pins and identity, snapshot copy, checks after each step, the
 launches' own in-process part: fork, exec, output drain and wait, file
@@ -220,7 +221,7 @@ def _self_cpu() -> float:
 # subtracted from their caller. Names are looked up in these modules.
 _SPLIT: Final = {
     "identity and pins (first read of every pinned file, sealed copies)": ("build_identity",),
-    "snapshot copy (inputs read, hashed and written once)": ("freeze_snapshot",),
+    "snapshot copy (inputs copied by the kernel, each copy hashed once)": ("freeze_snapshot",),
     "checks after the steps (snapshot, evidence, pins: fingerprints)": (
         "verify_snapshot",
         "hash_evidence",
@@ -435,7 +436,7 @@ def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
         f"  per run: {split.counts['hashed'] // len(split.samples):,} bytes read by the "
         f"attempt's ledger to hash (first reads of the evidence and of pins that are not "
         f"sealed copies, and any check whose fingerprint changed or is not trusted; the "
-        f"{INPUTS * INPUT_BYTES:,} input bytes are hashed while copied); "
+        f"{INPUTS * INPUT_BYTES:,} input bytes are hashed once, from their copies); "
         f"{split.counts['fsync'] // len(split.samples)} fsync calls",
         f"  split of the in-process cpu per run ({len(split.samples)} runs, "
         f"total {statistics.median(split.samples) * 1000:.1f} ms median):",
