@@ -244,7 +244,7 @@ _F = TypeVar("_F", bound=Callable[..., object])
 
 
 @contextlib.contextmanager
-def _split_cpu(totals: dict[str, float]) -> Iterator[collections.Counter[str]]:
+def _split_cpu(totals: dict[str, float], counts: collections.Counter[str]) -> Iterator[None]:
     """Wrap the steps of ``_SPLIT`` (and ``os.fsync``, counted) for the duration."""
     import kernel.external._files as files_module
     import kernel.external._run as run_module
@@ -253,7 +253,6 @@ def _split_cpu(totals: dict[str, float]) -> Iterator[collections.Counter[str]]:
     modules = (run_module, steps_module, files_module)
     nested: list[float] = []
     saved: list[tuple[object, str, object]] = []
-    counts: collections.Counter[str] = collections.Counter()
 
     def wrap(label: str, function: _F) -> _F:
         @functools.wraps(function)
@@ -296,7 +295,7 @@ def _split_cpu(totals: dict[str, float]) -> Iterator[collections.Counter[str]]:
     os.fsync = counted_fsync
     files_module.FileLedger.sha256 = counted_sha256  # type: ignore[method-assign]  # counted
     try:
-        yield counts
+        yield
     finally:
         os.fsync = fsync
         files_module.FileLedger.sha256 = ledger_sha256  # type: ignore[method-assign]  # restored
@@ -313,7 +312,9 @@ class InProcess:
         self.counts: collections.Counter[str] = collections.Counter()
 
 
-def in_process_overhead(bench: Workbench, runs: int, *, split: bool = False) -> InProcess:
+def in_process_overhead(
+    bench: Workbench, runs: int, *, split: bool = False, into: InProcess | None = None
+) -> InProcess:
     """CPU of ``run_check`` in this process, per run (the scripts run elsewhere).
 
     With ``split``, the steps are wrapped (``_split_cpu``): the CPU of each,
@@ -323,11 +324,12 @@ def in_process_overhead(bench: Workbench, runs: int, *, split: bool = False) -> 
 
     entry = load_manifest(bench.manifest, repository_root=bench.repo).entry("bench")
     job = load_job(bench.job)
-    result = InProcess()
+    result = into if into is not None else InProcess()
     with contextlib.ExitStack() as stack:
         if split:
-            result.counts = stack.enter_context(_split_cpu(result.split))
-        for index in range(runs):
+            stack.enter_context(_split_cpu(result.split, result.counts))
+        for _ in range(runs):
+            index = len(result.samples)
             start = _self_cpu()
             outcome = run_check(
                 entry,
@@ -345,14 +347,14 @@ def in_process_overhead(bench: Workbench, runs: int, *, split: bool = False) -> 
     return result
 
 
-def hash_floor(bench: Workbench, runs: int) -> list[float]:
+def hash_floor(bench: Workbench, runs: int, *, first: int = 0) -> list[float]:
     """CPU of the work a snapshot cannot avoid, done bare: copy each input (the
     kernel's fast copy, ``shutil.copyfile``) and hash the copy once."""
     samples: list[float] = []
     sources = [*sorted((bench.repo / "data").iterdir()), bench.repo / "spec.txt"]
     buffer = bytearray(1024 * 1024)
     view = memoryview(buffer)
-    for index in range(runs):
+    for index in range(first, first + runs):
         target = bench.root / "floor" / str(index)
         target.mkdir(parents=True)
         start = _self_cpu()
@@ -397,13 +399,16 @@ def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
             for action, samples in pair if index % 2 == 0 else pair[::-1]:
                 samples.append(_timed(action))
         runs = 3 if quick else max(5, rounds)
-        time.sleep(2.1)  # the inputs and scripts settle (ADR 0009, "Lean steps")
-        inproc = in_process_overhead(bench, runs)
-        floor = hash_floor(bench, runs)
         small = Workbench(Path(folder) / "small", inputs=1, input_bytes=1024)
-        time.sleep(2.1)
-        fixed = in_process_overhead(small, runs)
-        split = in_process_overhead(bench, runs, split=True)
+        time.sleep(2.1)  # the inputs and scripts settle (ADR 0009, "Lean steps")
+        # Interleaved like the rounds above: each of the four measures once per round.
+        inproc, fixed, split = InProcess(), InProcess(), InProcess()
+        floor: list[float] = []
+        for _ in range(runs):
+            in_process_overhead(bench, 1, into=inproc)
+            floor.extend(hash_floor(bench, 1, first=len(floor)))
+            in_process_overhead(small, 1, into=fixed)
+            in_process_overhead(bench, 1, split=True, into=split)
         startup = [_timed(_import_cli) for _ in range(rounds)]
     level = available_level()
     ratios_cpu = [k[1] / t[1] for k, t in zip(kernel, toto, strict=True)]
@@ -431,8 +436,9 @@ def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
         f"{_ms(inproc.samples)}; with one 1 KiB input: {_ms(fixed.samples)}",
         f"  hash floor (copy the {INPUTS} inputs and hash each copy once, nothing else): "
         f"{_ms(floor)}; "
-        f"in-process beyond it: median "
-        f"{(statistics.median(inproc.samples) - statistics.median(floor)) * 1000:.1f} ms",
+        f"in-process beyond it (same round): median "
+        f"{statistics.median(i - f for i, f in zip(inproc.samples, floor, strict=True)) * 1000:.1f}"
+        " ms",
         f"  per run: {split.counts['hashed'] // len(split.samples):,} bytes read by the "
         f"attempt's ledger to hash (first reads of the evidence and of pins that are not "
         f"sealed copies, and any check whose fingerprint changed or is not trusted; the "

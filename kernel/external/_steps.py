@@ -347,7 +347,8 @@ def verify_snapshot(
         raise Block(reason, f"{when}: snapshot/ is no longer a plain directory")
     expected = {d.path: d.sha256 for d in inputs}
     parents = {"/".join(p.split("/")[:i]) for p in expected for i in range(1, p.count("/") + 1)}
-    for relative, kind in walk_tree(attempt.snapshot):
+    entries = walk_tree(attempt.snapshot)
+    for relative, kind in entries:
         if kind == "dir" and relative in parents:
             continue
         if kind != "file" or relative not in expected:
@@ -355,7 +356,7 @@ def verify_snapshot(
         path = attempt.snapshot / relative
         if rehash and attempt.files.sha256(path, follow_symlinks=False) != expected[relative]:
             raise Block(reason, f"{when}: {relative!r} differs from the declared input")
-    present = {relative for relative, kind in walk_tree(attempt.snapshot) if kind == "file"}
+    present = {relative for relative, kind in entries if kind == "file"}
     missing = sorted(set(expected) - present)
     if missing:
         raise Block(reason, f"{when}: {missing[0]!r} is missing from snapshot/")
