@@ -342,8 +342,9 @@ def in_process_overhead(
                 environment=default_environment(),
             )
             result.samples.append(_self_cpu() - start)
-            if outcome.metadata.status.value != "PASS":
-                raise SystemExit(f"run_check did not pass: {outcome.metadata.detail}")
+            if outcome.status.value != "PASS":
+                detail = json.loads(Path(outcome.attempt_dir, "metadata.json").read_bytes())
+                raise SystemExit(f"run_check did not pass: {detail['detail']}")
     return result
 
 
@@ -444,7 +445,7 @@ def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
         f"sealed copies, and any check whose fingerprint changed or is not trusted; the "
         f"{INPUTS * INPUT_BYTES:,} input bytes are hashed once, from their copies); "
         f"{split.counts['fsync'] // len(split.samples)} fsync calls",
-        f"  split of the in-process cpu per run ({len(split.samples)} runs, "
+        f"  split of the in-process cpu, mean per run ({len(split.samples)} runs, "
         f"total {statistics.median(split.samples) * 1000:.1f} ms median):",
     ]
     accounted = sum(split.split.values()) / len(split.samples)

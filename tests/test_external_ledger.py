@@ -12,14 +12,16 @@ with hashlib, never with the package's helpers.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kernel.external import Reason, Status
+from kernel.external import Reason, RunOutcome, Status
 from kernel.external._files import FileLedger, _filesystem_types, copy_hashed
 from kernel.orchestrate import audit_run
 from tests.test_external_helpers import HONEST_PRODUCER, Scenario
@@ -33,6 +35,13 @@ def _sha256(path: Path) -> str:
 
 def _stamping(path: Path) -> bool:
     return _filesystem_types().get(os.stat(path).st_dev) in {"ext2", "ext3", "ext4", "xfs", "btrfs"}
+
+
+def _stored(outcome: RunOutcome) -> dict[str, Any]:
+    """The run's metadata.json as written (a flat object), read with the stdlib."""
+    value = json.loads(Path(outcome.attempt_dir, "metadata.json").read_bytes())
+    assert isinstance(value, dict)
+    return value
 
 
 def _needs_stamping(path: Path) -> None:
@@ -206,7 +215,7 @@ def test_a_producer_rewriting_a_checker_pin_keeping_size_and_mtime_blocks_the_ch
     scenario = Scenario(tmp_path, producer=producer, checker_deps=(helper,))
     outcome = scenario.run()
     assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
-    assert outcome.metadata.checker is None
+    assert _stored(outcome)["checker"] is None
 
 
 def test_a_producer_rewriting_a_snapshot_input_keeping_size_and_mtime_is_caught(
@@ -222,7 +231,7 @@ def test_a_producer_rewriting_a_snapshot_input_keeping_size_and_mtime_is_caught(
     assert (scenario.repo / "data" / "input.txt").read_bytes() == b"input data/input.txt\n"
     outcome = scenario.run()
     assert outcome.reason is Reason.SNAPSHOT_CHANGED
-    assert "after the producer" in outcome.metadata.detail
+    assert "after the producer" in _stored(outcome)["detail"]
 
 
 def test_a_checker_rewriting_the_evidence_keeping_size_and_mtime_is_caught(
@@ -246,8 +255,11 @@ def test_an_honest_run_passes_with_every_file_read_once(tmp_path: Path) -> None:
     helper.write_text("VALUE = 1\n")
     scenario = Scenario(tmp_path, checker_deps=(helper,), inputs=("data/input.txt",))
     outcome = scenario.run()
-    assert outcome.status is Status.PASS, outcome.metadata.detail
-    assert outcome.metadata.inputs[0].sha256 == _sha256(scenario.repo / "data" / "input.txt")
+    assert outcome.status is Status.PASS, _stored(outcome)["detail"]
+    assert _stored(outcome)["inputs"] == [
+        {"path": relative, "sha256": _sha256(scenario.repo / relative)}
+        for relative in ("data/input.txt", "spec/claim.txt")
+    ]
 
 
 # --- one commit point: what a crash may lose is reported, never trusted -------------------
@@ -256,7 +268,7 @@ def test_an_honest_run_passes_with_every_file_read_once(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def passed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     outcome = Scenario(tmp_path_factory.mktemp("commit")).run()
-    assert outcome.status is Status.PASS, outcome.metadata.detail
+    assert outcome.status is Status.PASS, _stored(outcome)["detail"]
     return Path(outcome.attempt_dir)
 
 
