@@ -9,7 +9,8 @@ its ``Reason``):
    containment level (ADR 0009), never weaker than the entry requires;
 3. build identity(check): every pin must hold;
 4. copy every declared input (the specification is always one) from inside
-   the repository root into ``snapshot/``, each copy hashed once; the snapshot holds exactly the declared inputs;
+   the repository root into ``snapshot/``, each copy hashed once; the
+   snapshot holds exactly the declared inputs;
 5. write the producer request; re-check the producer's pins (its executable
    and scripts through sealed copies); launch the producer, contained, in
    ``snapshot/`` with placeholders expanded per argv element (no shell);

@@ -259,12 +259,8 @@ def _sealed_paths(entry: CheckEntry, attempt: Attempt) -> frozenset[str]:
 
 
 def build_identity(entry: CheckEntry, rec: Recorder, attempt: Attempt) -> CheckIdentity:
-    """identity(check) with every pin checked; retained as identity.json.
-
-    Every pinned file is read here, once for the whole attempt: the
-    executables and scripts into the sealed copies the launches will run
-    (their hashes check the pins), the others into the attempt's ledger.
-    """
+    """identity(check) with every pin checked (each pinned file read once for the attempt:
+    executables and scripts into the sealed copies that run); retained as identity.json."""
     failure = first_pin_failure(
         all_pins(entry),
         attempt.files,
@@ -279,14 +275,9 @@ def build_identity(entry: CheckEntry, rec: Recorder, attempt: Attempt) -> CheckI
     return identity
 
 
-def recheck_pins(
-    pins: tuple[Pin, ...], reason: Reason, when: str, ledger: FileLedger | None = None
-) -> None:
-    """Seed 003 "Pin validation": these pins again, right before (or after) a launch.
-
-    With the attempt's ``ledger``, a file already hashed is compared by its
-    fingerprint and hashed again only if that changed (or is not trusted).
-    """
+def recheck_pins(pins: tuple[Pin, ...], reason: Reason, when: str, ledger: FileLedger) -> None:
+    """Seed 003 "Pin validation": these pins again, right before (or after) a launch
+    (by fingerprint where ``ledger`` hashed the file already and can trust it)."""
     failure = first_pin_failure(pins, ledger)
     if failure is not None:
         raise Block(reason, f"{when}: {failure.detail}")
@@ -338,11 +329,8 @@ def verify_snapshot(
     *,
     rehash: bool = True,
 ) -> None:
-    """The snapshot holds exactly the declared inputs, byte for byte (``rehash``).
-
-    A file whose fingerprint is unchanged since the attempt wrote it is not
-    read again (``FileLedger``).
-    """
+    """The snapshot holds exactly the declared inputs, byte for byte (``rehash``; by
+    fingerprint for a copy the attempt's ledger can trust)."""
     if not _is_real_directory(attempt.snapshot):
         raise Block(reason, f"{when}: snapshot/ is no longer a plain directory")
     expected = {d.path: d.sha256 for d in inputs}
@@ -372,11 +360,8 @@ def _is_real_directory(path: Path) -> bool:
 def hash_evidence(
     evidence: Path, declared: tuple[str, ...], ledger: FileLedger | None = None
 ) -> tuple[FileDigest, ...]:
-    """Seed 003 step 3: hash exactly the declared artifacts; the list is exact.
-
-    With the attempt's ``ledger``, an artifact it already hashed is compared by
-    fingerprint (the check after the checker).
-    """
+    """Seed 003 step 3: hash exactly the declared artifacts (through ``ledger``: by
+    fingerprint once it hashed them); the list is exact."""
     if not _is_real_directory(evidence):
         raise Block(Reason.ARTIFACT_SYMLINK, "evidence/ is no longer a plain directory")
     files = ledger if ledger is not None else FileLedger()
@@ -428,12 +413,9 @@ def _reason_for(role: Role, status: ProcessStatus) -> Reason:
 def _sealed_command(
     role: Role, command: Command, argv: tuple[str, ...], attempt: Attempt
 ) -> tuple[SealedFile, tuple[str, ...], tuple[SealedFile, ...]]:
-    """The sealed executable, the argv where each argument naming a pinned dependency
-    is now ``/dev/fd/N`` of its sealed copy, and those copies. Raises ``Block``.
-
-    The copies are the attempt's (``build_identity`` made them and checked
-    their hashes); each is checked against this command's pin again.
-    """
+    """The attempt's sealed executable, the argv with each argument naming a pinned
+    dependency replaced by ``/dev/fd/N`` of its sealed copy, and those copies; each
+    copy's hash is checked against this command's pin. Raises ``Block``."""
     executable = _sealed_pin(role, command.executable, attempt)
     pinned = {pin.path: pin for pin in command.dependencies}
     rewritten = [argv[0]]
@@ -493,8 +475,7 @@ def launch(
         recheck, Reason.PIN_CHANGED_BEFORE_LAUNCH, f"before the {role.value} launch", attempt.files
     )
     executable, argv, scripts = _sealed_command(role, command, argv, attempt)
-    # The request was written after everything the ledger holds was read: any
-    # change the step makes is stamped later than the request (FileLedger.settle).
+    # Any change the step makes is stamped later than its request (FileLedger.settle).
     attempt.files.settle(attempt.role_dir(role) / "request.json")
     result = run_process(
         argv,
@@ -683,8 +664,7 @@ def finish(rec: Recorder, attempt: Attempt, body: Callable[[], None]) -> RunOutc
     else:
         metadata = rec.freeze(Status.PASS, None, "accepted by a valid receipt")
     try:
-        # The commit point (ADR 0009, "Lean steps"): the metadata, its directory,
-        # and the directory that holds the attempt's own entry.
+        # The commit point (ADR 0009, "Lean steps"), with the attempt's own entry.
         write_atomic(attempt.root / "metadata.json", dumps(metadata) + b"\n", durable=True)
         fsync_directory(attempt.root.parent)
     except OSError as exc:
