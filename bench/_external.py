@@ -308,7 +308,8 @@ class InProcess:
 
     def __init__(self) -> None:
         self.samples: list[float] = []
-        self.split: dict[str, float] = {}
+        self.split: dict[str, float] = {}  # running totals while a split run is wrapped
+        self.split_runs: list[dict[str, float]] = []  # each split run's own parts
         self.counts: collections.Counter[str] = collections.Counter()
 
 
@@ -342,6 +343,9 @@ def in_process_overhead(
                 environment=default_environment(),
             )
             result.samples.append(_self_cpu() - start)
+            if split:
+                result.split_runs.append(dict(result.split))
+                result.split.clear()
             if outcome.status.value != "PASS":
                 detail = json.loads(Path(outcome.attempt_dir, "metadata.json").read_bytes())
                 raise SystemExit(f"run_check did not pass: {detail['detail']}")
@@ -445,15 +449,21 @@ def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
         f"sealed copies, and any check whose fingerprint changed or is not trusted; the "
         f"{INPUTS * INPUT_BYTES:,} input bytes are hashed once, from their copies); "
         f"{split.counts['fsync'] // len(split.samples)} fsync calls",
-        f"  split of the in-process cpu, mean per run ({len(split.samples)} runs, "
-        f"total {statistics.median(split.samples) * 1000:.1f} ms median):",
+        f"  split of the in-process cpu, median per run of each part ({len(split.samples)} "
+        f"runs, total {statistics.median(split.samples) * 1000:.1f} ms median):",
     ]
-    accounted = sum(split.split.values()) / len(split.samples)
-    for label, seconds in sorted(split.split.items(), key=lambda item: -item[1]):
-        lines.append(f"    {seconds / len(split.samples) * 1000:6.2f} ms  {label}")
+    parts = {
+        label: statistics.median(run.get(label, 0.0) for run in split.split_runs)
+        for label in _SPLIT
+    }
+    for label, seconds in sorted(parts.items(), key=lambda item: -item[1]):
+        lines.append(f"    {seconds * 1000:6.2f} ms  {label}")
+    rest = statistics.median(
+        total - sum(run.values())
+        for total, run in zip(split.samples, split.split_runs, strict=True)
+    )
     lines.append(
-        f"    {(statistics.mean(split.samples) - accounted) * 1000:6.2f} ms  "
-        "the rest (the driver, metadata, pathlib, ...; mean total minus the parts)"
+        f"    {rest * 1000:6.2f} ms  the rest (driver, metadata, pathlib...: total minus parts)"
     )
     for line in lines:
         console.print(line)
