@@ -33,8 +33,8 @@ pytestmark = pytest.mark.usefixtures("no_leftovers")
 def test_public_api_is_exact_and_alphabetical() -> None:
     assert external.__all__ == sorted(external.__all__)
     assert external.__all__ == [
-        "CheckEntry", "CheckIdentity", "CheckedDigests", "Claim", "ClosureError", "Command",
-        "ContainmentLevel", "Decision", "Execution",
+        "Cancellation", "CheckEntry", "CheckIdentity", "CheckedDigests", "Claim", "ClosureError",
+        "Command", "ContainmentLevel", "Decision", "Execution",
         "ExternalError", "FileDigest", "Job", "JobError", "Manifest", "ManifestError",
         "PLACEHOLDERS", "Pin", "PinClosure", "PinMismatchError", "ProcessResult",
         "ProcessStatus", "ProcessSummary",

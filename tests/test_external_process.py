@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernel.external import (
+    Cancellation,
     ProcessStatus,
     Reason,
     Status,
@@ -99,6 +100,67 @@ def test_cancellation_kills_the_running_group(tmp_path: Path) -> None:
     helper.join()
     assert outcome.reason is Reason.CANCELLED
     _assert_started_then_gone(tmp_path)
+
+
+def _cancel_when_started(tmp_path: Path, cancel: threading.Event) -> ProcessStatus:
+    """Run a command that marks its start, sleeps 3 s and exits 0; set ``cancel``
+    once it has started; its status.
+
+    ``poll_seconds`` is an hour: a wait that looks at the event only on a
+    tick sleeps until the command exits by itself (``EXITED``).
+    """
+    marker = tmp_path / "started"
+    helper_done = threading.Event()
+
+    def cancel_once_started() -> None:
+        limit = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < limit:
+            time.sleep(0.02)
+        cancel.set()
+        helper_done.set()
+
+    helper = threading.Thread(target=cancel_once_started)
+    helper.start()
+    code = f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(3)"
+    result = run_process(
+        [PYTHON, "-c", code, str(tmp_path)],
+        cwd=tmp_path,
+        env=default_environment(),
+        timeout_seconds=60.0,
+        cancel=cancel,
+        stdout_limit=10,
+        stderr_limit=10,
+        poll_seconds=3600.0,
+    )
+    helper.join()
+    assert helper_done.is_set()
+    return result.status
+
+
+def test_a_cancellation_wakes_the_wait_without_a_polling_tick(tmp_path: Path) -> None:
+    assert _cancel_when_started(tmp_path, Cancellation()) is ProcessStatus.CANCELLED
+    assert_no_leftover(tmp_path)
+
+
+def test_a_plain_event_is_only_seen_on_a_tick(tmp_path: Path) -> None:
+    # The control for the test above: the same wait with an event that has no
+    # descriptor sleeps until the command exits on its own.
+    assert _cancel_when_started(tmp_path, threading.Event()) is ProcessStatus.EXITED
+    assert_no_leftover(tmp_path)
+
+
+def test_a_cleared_cancellation_no_longer_wakes_a_wait() -> None:
+    import select
+
+    cancel = Cancellation()
+    poller = select.poll()
+    poller.register(cancel.fileno(), select.POLLIN)
+    assert not poller.poll(0) and not cancel.is_set()
+    cancel.set()
+    cancel.set()
+    assert poller.poll(0) and cancel.is_set()
+    cancel.clear()
+    assert not poller.poll(0) and not cancel.is_set()
 
 
 def test_cancel_already_set_never_lets_a_command_run_long(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from kernel.external._outcome import (
     Status,
     Verdict,
 )
-from kernel.external._process import ProcessResult, ProcessStatus, run_process
+from kernel.external._process import Cancellation, ProcessResult, ProcessStatus, run_process
 from kernel.external._receipt import (
     RECEIPT_FIELDS,
     ReceiptCheck,
@@ -65,6 +65,7 @@ from kernel.external.errors import (
 )
 
 __all__ = [
+    "Cancellation",
     "CheckEntry",
     "CheckIdentity",
     "CheckedDigests",

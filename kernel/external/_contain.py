@@ -25,7 +25,9 @@ Theory of operation:
   ``execve``s ``/proc/self/fd/N`` with ``argv[0]`` still the pinned path (an
   interpreter finds its prefix and venv from ``argv[0]``), and a script
   argument becomes ``/dev/fd/M``. Swapping or editing the file on disk after
-  it was hashed changes nothing that runs.
+  it was hashed changes nothing that runs. One attempt seals each such file
+  once (``SealedCopies``), when its identity is built, and both launches run
+  those copies: a sealed copy cannot change, so it is not hashed again.
 - The wrapper tools are searched in ``/usr/bin`` and ``/bin`` only (never the
   environment's ``PATH``); they and the kernel's own interpreter, which runs
   the launcher from source held in memory (``-I -S -c``), are the kernel's
@@ -49,9 +51,12 @@ from typing import Final, assert_never, final
 
 import attrs
 
+from kernel.external._fingerprint import Fingerprint, fingerprint_of
+
 __all__ = [
     "ContainmentLevel",
     "LAUNCHER_SOURCE",
+    "SealedCopies",
     "SealedFile",
     "available_level",
     "close_sealed",
@@ -144,11 +149,13 @@ def available_level(max_level: ContainmentLevel | None = None) -> ContainmentLev
 @final
 @attrs.frozen
 class SealedFile:
-    """A sealed in-memory copy of a pinned file: its descriptor and the SHA-256 of its bytes."""
+    """A sealed in-memory copy of a pinned file: its descriptor, the SHA-256 of its
+    bytes, and the fingerprint the file had (unchanged) while it was copied."""
 
     path: str
     fd: int
     sha256: str
+    source: Fingerprint
 
 
 _SEALS: Final = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -158,11 +165,15 @@ def seal_copy(path: str) -> SealedFile:
     """Copy the regular file reached through ``path`` into a sealed memfd; hash the copy.
 
     The hash is taken *after* sealing, from the memfd itself: those are the
-    bytes any process given the descriptor reads or executes. Raises ``OSError``.
+    bytes any process given the descriptor reads or executes. The file's
+    fingerprint (``fstat`` of the descriptor copied from) must be the same
+    before and after the copy, else ``OSError``: it is then the fingerprint of
+    the bytes copied. Raises ``OSError``.
     """
     source = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        if not _is_regular(source):
+        before = os.fstat(source)
+        if not stat.S_ISREG(before.st_mode):
             raise OSError(f"{path} is not a regular file")
         sealed = os.memfd_create("pinned", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
@@ -170,6 +181,8 @@ def seal_copy(path: str) -> SealedFile:
                 view = memoryview(chunk)
                 while view:
                     view = view[os.write(sealed, view) :]
+            if fingerprint_of(os.fstat(source)) != fingerprint_of(before):
+                raise OSError(f"{path} changed while it was copied")
             fcntl.fcntl(sealed, fcntl.F_ADD_SEALS, _SEALS)
             hasher = hashlib.sha256()
             offset = 0
@@ -181,11 +194,7 @@ def seal_copy(path: str) -> SealedFile:
             raise
     finally:
         os.close(source)
-    return SealedFile(path, sealed, hasher.hexdigest())
-
-
-def _is_regular(fd: int) -> bool:
-    return stat.S_ISREG(os.fstat(fd).st_mode)
+    return SealedFile(path, sealed, hasher.hexdigest(), fingerprint_of(before))
 
 
 def close_sealed(files: Sequence[SealedFile]) -> None:
@@ -195,6 +204,30 @@ def close_sealed(files: Sequence[SealedFile]) -> None:
             os.close(sealed.fd)
 
 
+@final
+class SealedCopies:
+    """The sealed copies of one attempt, one per pinned path, shared by its launches.
+
+    A sealed copy cannot change (for anyone), so the producer and the checker
+    can both run the copy made once; the attempt closes them all at its end.
+    """
+
+    def __init__(self) -> None:
+        self._copies: dict[str, SealedFile] = {}
+
+    def get(self, path: str) -> SealedFile:
+        """The sealed copy of ``path``, made now if this attempt has none; raises ``OSError``."""
+        copy = self._copies.get(path)
+        if copy is None:
+            copy = self._copies[path] = seal_copy(path)
+        return copy
+
+    def close(self) -> None:
+        """Close every copy (the attempt is over)."""
+        close_sealed(tuple(self._copies.values()))
+        self._copies.clear()
+
+
 # --- the launcher ----------------------------------------------------------------------
 
 # Run by the kernel's own interpreter with ``-I -S -c`` (no site, no environment,
@@ -202,8 +235,9 @@ def close_sealed(files: Sequence[SealedFile]) -> None:
 # ARGV; a failed exec is written to the pipe REPORT (closed on a successful
 # exec), so the kernel tells "could not start" from "exited 127".
 # ``reap REPORT PARENT FD ARGV...``: become a child subreaper, run the command, then
-# kill and reap every descendant; SIGTERM (also the parent-death signal) does
-# the same at once. Exit status: the command's (a signal is re-raised).
+# kill and reap every descendant (a blocking wait after each round of kills, no
+# polling); SIGTERM (also the parent-death signal) does the same at once.
+# Exit status: the command's (a signal is re-raised).
 LAUNCHER_SOURCE: Final = r"""
 import os, signal, sys
 def run(report, fd, argv):
@@ -228,19 +262,19 @@ def children(me):
             found.append(int(name))
     return found
 def kill_all(me):
+    # Kill every child, then block until one of them is reaped: each was just
+    # sent SIGKILL, so the wait ends without spinning; orphans re-parented
+    # meanwhile are found by the next scan. Done when no child is left.
     while True:
         for pid in children(me):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                break
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 def finish(status):
     if status is not None and os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)

@@ -5,12 +5,15 @@ Rules:
 - metadata and requests are written to a temporary file in the same
   directory and renamed with ``os.replace``: a reader sees the old file or
   the new one, never a torn one; only the commit point (``metadata.json``,
-  written last) is fsynced, with its directory;
+  written last) is fsynced, with its directory (and, by the caller, the
+  directory holding the attempt: ADR 0009, "Lean steps");
 - hashing a tree never follows a symlink, and reports every entry that is not
   a plain directory or regular file;
 - a path digest list is ``[[path, sha256], ...]`` sorted by path, and its
   digest is the canonical digest of that list (seed 003: "digest of sorted
-  evidence path/hash pairs").
+  evidence path/hash pairs");
+- a ``FileLedger`` lets one attempt read each file once: see its docstring
+  for when a stat fingerprint stands in for hashing the bytes again.
 """
 
 from __future__ import annotations
@@ -20,16 +23,22 @@ import hashlib
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import Final, final
 
+import attrs
+
+from kernel.external._fingerprint import Fingerprint, fingerprint_of
 from kernel.external._outcome import FileDigest
 from kernel.identity import JsonValue, canonical_json, digest
 
 __all__ = [
+    "FileLedger",
     "TreeEntry",
     "copy_hashed",
+    "fsync_directory",
     "list_digest",
     "open_regular",
     "read_capped",
@@ -85,11 +94,16 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
             os.unlink(temp)
         raise
     if durable:
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        fsync_directory(path.parent)
+
+
+def fsync_directory(path: Path) -> None:
+    """Make the entries of directory ``path`` durable (part of a commit point)."""
+    directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def write_json_atomic(path: Path, value: JsonValue) -> bytes:
@@ -174,19 +188,196 @@ def walk_tree(root: Path) -> tuple[TreeEntry, ...]:
     return tuple(sorted(entries))
 
 
-def copy_hashed(source: Path, target: Path) -> str:
-    """Copy a regular file (no symlink at the last component) and return the SHA-256
-    of the bytes written: read once, hashed and written in the same pass."""
+def copy_hashed(source: Path, target: Path, ledger: FileLedger | None = None) -> str:
+    """Copy a regular file (no symlink at the last component) to a new ``target`` and
+    return the SHA-256 of the copy's bytes.
+
+    The source is read once, by the kernel (``copy_file_range``; a plain
+    read/write loop where the filesystems refuse it), and the copy is then
+    hashed from its own descriptor: the digest is of the bytes the snapshot
+    holds. With a ``ledger``, the copy is recorded there under its
+    fingerprint, so a later check need not read it again.
+    """
     fd = open_regular(source)
     try:
-        hasher = hashlib.sha256()
-        with open(target, "xb") as out:
-            while chunk := os.read(fd, _CHUNK):
-                hasher.update(chunk)
-                out.write(chunk)
-        return hasher.hexdigest()
+        # O_EXCL: never through an existing file or symlink; 0o666 less the umask, as open("x").
+        out = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            _copy_all(fd, out)
+            sha256, written = _hash_descriptor(out, str(target))
+        finally:
+            os.close(out)
     finally:
         os.close(fd)
+    if ledger is not None:
+        ledger.note(target, written, sha256, follow_symlinks=False)
+    return sha256
+
+
+def _copy_all(source: int, target: int) -> None:
+    copied = 0
+    try:
+        while count := os.copy_file_range(source, target, 1 << 30):
+            copied += count
+    except OSError:
+        if copied:
+            raise
+        # Refused before any byte moved (another filesystem type, an old kernel): copy here.
+        while chunk := os.read(source, _CHUNK):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(target, view) :]
+
+
+def _hash_descriptor(fd: int, name: str) -> tuple[str, Fingerprint]:
+    """SHA-256 of the whole file open at ``fd`` (read with ``pread``) and its fingerprint,
+    which must be the same before and after the read, else ``OSError``."""
+    before = os.fstat(fd)
+    hasher = hashlib.sha256()
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    offset = 0
+    while count := os.preadv(fd, [buffer], offset):
+        hasher.update(view[:count])
+        offset += count
+    after = fingerprint_of(os.fstat(fd))
+    if fingerprint_of(before) != after:
+        raise OSError(f"{name} changed while it was hashed")
+    return hasher.hexdigest(), after
+
+
+# --- reading each file once --------------------------------------------------------------
+
+# Filesystems whose every write path (write, truncate, fallocate, copy and clone
+# ranges, and the first write through each shared mapping: page_mkwrite) sets
+# the inode's ctime to the current time. tmpfs is not one: a write through a
+# shared mapping leaves its timestamps alone.
+_STAMPING_FILESYSTEMS: Final = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})
+# A ctime this much older than the clock cannot be stamped again by a later
+# write, whatever the filesystem's timestamp granularity (1 s at worst here).
+_SETTLED_NS: Final = 2_000_000_000
+
+
+@final
+@attrs.frozen
+class _Known:
+    fingerprint: Fingerprint
+    sha256: str
+    settled: bool  # a later change of the file would change its fingerprint
+
+
+def _filesystem_types() -> dict[int, str]:
+    """Device number -> filesystem type, from ``/proc/self/mountinfo`` (Linux)."""
+    types: dict[int, str] = {}
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if "-" not in fields:
+                    continue
+                major, _, minor = fields[2].partition(":")
+                kind = fields[fields.index("-") + 1]
+                device = os.makedev(int(major), int(minor))
+                # One device mounted twice is one filesystem; anything odd is unknown.
+                types[device] = kind if types.get(device, kind) == kind else "?"
+    except (OSError, ValueError, IndexError):
+        return {}
+    return types
+
+
+@final
+class FileLedger:
+    """What one attempt has hashed: each file is read once, then compared by fingerprint.
+
+    A file is hashed from one descriptor, with ``fstat`` before and after: the
+    fingerprint (device, inode, size, mtime and ctime in nanoseconds) is that
+    of the bytes hashed, and a file that changed meanwhile is an ``OSError``.
+    Asked again, the ledger compares the path's current fingerprint with the
+    recorded one and returns the recorded hash only if they are equal *and*
+    the record is settled; otherwise it hashes again.
+
+    Why an equal fingerprint means equal bytes: on the filesystems listed in
+    ``_STAMPING_FILESYSTEMS`` every way of changing a file's bytes stamps its
+    ctime with the current time, and no process can set a ctime (``utime``
+    sets mtime, and stamps ctime itself). Renaming another file over the path
+    changes the inode, or, if the old inode's number is reused, its ctime. So
+    a change is invisible only if it is stamped with the recorded ctime
+    itself, which needs the change to happen in the same clock tick as the
+    file's last recorded change. A record is settled (trusted) when that is
+    impossible for every later change: its ctime is older than the clock by
+    more than any timestamp granularity (``_SETTLED_NS``), or older than the
+    ctime of a file written on the same filesystem afterwards (``settle``,
+    with the request file the kernel writes right before each launch: any
+    change by the launched step is stamped at least that late). Elsewhere
+    (tmpfs, network and FUSE filesystems, an unknown device) every check hashes.
+
+    Not covered, as with hashing at fixed points: a process that already held
+    a writable shared mapping of the file before the record was taken can
+    write through it without a new stamp until the page is written back. Only
+    a process running concurrently with the attempt can hold one (a step's
+    processes start after the record and are dead before the next check).
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, bool], _Known] = {}
+        self._types: dict[int, str] | None = None
+        self.hashed_bytes = 0  # bytes read to hash: what the fingerprints saved is visible
+
+    def _stamping(self, device: int) -> bool:
+        if self._types is None:
+            self._types = _filesystem_types()
+        return self._types.get(device) in _STAMPING_FILESYSTEMS
+
+    def _settled(self, fingerprint: Fingerprint) -> bool:
+        device, ctime_ns = fingerprint[0], fingerprint[4]
+        return self._stamping(device) and ctime_ns < time.time_ns() - _SETTLED_NS
+
+    def note(
+        self, path: Path | str, fingerprint: Fingerprint, sha256: str, *, follow_symlinks: bool
+    ) -> None:
+        """Record that the file at ``path``, with ``fingerprint``, has ``sha256``
+        (the caller read or wrote exactly those bytes, from one descriptor)."""
+        key = (os.fspath(path), follow_symlinks)
+        self._known[key] = _Known(fingerprint, sha256, self._settled(fingerprint))
+
+    def settle(self, probe: Path | str) -> None:
+        """Settle every record older than ``probe``, a file the kernel has just written.
+
+        Any later change of a recorded file on the probe's filesystem is
+        stamped no earlier than the probe's ctime, so a record whose ctime is
+        strictly older can no longer change without changing its fingerprint.
+        """
+        try:
+            status = os.stat(probe)
+        except OSError:  # nothing settled: every record is hashed again
+            return
+        if not self._stamping(status.st_dev):
+            return
+        for key, known in self._known.items():
+            if (
+                not known.settled
+                and known.fingerprint[0] == status.st_dev
+                and known.fingerprint[4] < status.st_ctime_ns
+            ):
+                self._known[key] = attrs.evolve(known, settled=True)
+
+    def sha256(self, path: Path | str, *, follow_symlinks: bool) -> str:
+        """SHA-256 of the regular file at ``path`` (a symlink at the last component is
+        followed only with ``follow_symlinks``); raises ``OSError``."""
+        key = (os.fspath(path), follow_symlinks)
+        known = self._known.get(key)
+        if known is not None and known.settled:
+            current = os.stat(path) if follow_symlinks else os.lstat(path)
+            if fingerprint_of(current) == known.fingerprint:
+                return known.sha256
+        fd = open_regular(path, follow_symlinks=follow_symlinks)
+        try:
+            sha256, recorded = _hash_descriptor(fd, os.fspath(path))
+        finally:
+            os.close(fd)
+        self.hashed_bytes += recorded[2]
+        self._known[key] = _Known(recorded, sha256, self._settled(recorded))
+        return sha256
 
 
 def list_digest(items: Iterable[FileDigest]) -> str:

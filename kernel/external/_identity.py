@@ -23,7 +23,14 @@ from kernel.external._pins import verify_pins
 from kernel.identity import JsonValue, canonical_json, sha256_hex
 from kernel.serde import unstructure
 
-__all__ = ["IDENTITY_VERSION", "CheckIdentity", "all_pins", "check_identity", "identity_object"]
+__all__ = [
+    "IDENTITY_VERSION",
+    "CheckIdentity",
+    "all_pins",
+    "check_identity",
+    "identity_object",
+    "identity_of",
+]
 
 IDENTITY_VERSION: Final = 1
 
@@ -58,6 +65,12 @@ def identity_object(entry: CheckEntry) -> JsonValue:
 def check_identity(entry: CheckEntry) -> CheckIdentity:
     """Check every pin, then build identity(check); raises ``PinMismatchError``."""
     verify_pins(all_pins(entry))
+    return identity_of(entry)
+
+
+def identity_of(entry: CheckEntry) -> CheckIdentity:
+    """identity(check) without checking pins: for a caller that has just checked
+    every one of them (a run, through its ``FileLedger``)."""
     value = identity_object(entry)
     canonical = canonical_json(value)
     return CheckIdentity(entry.check_id, canonical, sha256_hex(canonical), value)

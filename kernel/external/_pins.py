@@ -7,20 +7,25 @@ Rules (seed 003, "Command identity"):
   runs is the target's bytes, and those are what the pin covers);
 - the target must be a regular file; a missing, unreadable or non-regular
   target is a mismatch, never a pass;
-- pins are re-checked, never cached: a cache keyed on mtime would miss an
-  ordinary same-size, same-second replacement.
+- pins are re-checked, never cached across runs: a cache keyed on mtime
+  would miss an ordinary same-size, same-second replacement. Within one
+  attempt, a ``FileLedger`` hashes each pinned file once and compares its
+  full stat fingerprint (ctime in nanoseconds included, which no process can
+  set) at each later check, hashing again on any difference or wherever a
+  fingerprint cannot be trusted (``kernel.external._files.FileLedger``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Final, final
 
 import attrs
 
-from kernel.external._files import open_regular
+from kernel.external._contain import SealedCopies
+from kernel.external._files import FileLedger, open_regular
 from kernel.external._manifest import Pin
 from kernel.external.errors import PinMismatchError
 
@@ -52,11 +57,31 @@ class PinFailure:
     detail: str
 
 
-def first_pin_failure(pins: Iterable[Pin]) -> PinFailure | None:
-    """The first pin whose file does not hash to its declared SHA-256, or None."""
+def first_pin_failure(
+    pins: Iterable[Pin],
+    ledger: FileLedger | None = None,
+    *,
+    sealed: SealedCopies | None = None,
+    sealing: Collection[str] = (),
+) -> PinFailure | None:
+    """The first pin whose file does not hash to its declared SHA-256, or None.
+
+    With a ``ledger``, a file it has already hashed is compared by fingerprint.
+    A path in ``sealing`` is checked through its sealed copy in ``sealed``
+    (made now if needed, and recorded in the ledger): the copy is read from
+    the file once and hashed, and that hash is the file's.
+    """
     for pin in pins:
         try:
-            actual = file_sha256(pin.path)
+            if sealed is not None and pin.path in sealing:
+                copy = sealed.get(pin.path)
+                if ledger is not None:
+                    ledger.note(pin.path, copy.source, copy.sha256, follow_symlinks=True)
+                actual = copy.sha256
+            elif ledger is None:
+                actual = file_sha256(pin.path)
+            else:
+                actual = ledger.sha256(pin.path, follow_symlinks=True)
         except OSError as exc:
             return PinFailure(pin.path, pin.sha256, None, f"{pin.path}: {exc.strerror or exc}")
         if actual != pin.sha256:

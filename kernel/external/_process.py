@@ -23,8 +23,11 @@ Theory of operation (seed 003, "Process control and trust limits"):
   kernel's death: on expiry or cancellation the namespace's PID 1 is killed
   (which empties the namespace) or the subreaper is told to kill everything
   (SIGTERM) before the group kill;
-- the wait is on a pidfd (``poll``), woken by the leader's exit at once;
-  cancellation is looked at every ``poll_seconds``;
+- the wait is one ``poll`` on a pidfd, woken by the leader's exit at once,
+  by the deadline (the poll's timeout), or by a ``Cancellation`` being set
+  (its descriptor becomes readable): no periodic wake-up. Only a plain
+  ``threading.Event`` (which has no descriptor) or a system without
+  ``pidfd_open`` falls back to looking every ``poll_seconds``;
 - without a containment level (direct use of ``run_process``), a descendant
   that calls ``setsid`` leaves the group and is not reached.
 """
@@ -33,12 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 import os
 import select
 import signal
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final, assert_never, final
@@ -47,7 +52,7 @@ import attrs
 
 from kernel.external._contain import ContainmentLevel, launcher_argv, leader_children
 
-__all__ = ["ProcessResult", "ProcessStatus", "run_process"]
+__all__ = ["Cancellation", "ProcessResult", "ProcessStatus", "run_process"]
 
 _READ_CHUNK: Final = 64 * 1024
 _READER_JOIN_SECONDS: Final = 5.0
@@ -76,6 +81,42 @@ class ProcessResult:
     stdout_truncated: bool
     stderr_truncated: bool
     detail: str
+
+
+class Cancellation(threading.Event):
+    """A cancellation event that a waiting ``run_process`` notices at once.
+
+    ``set`` also makes ``fileno()`` readable (a non-blocking pipe), so the
+    wait sleeps on the command's exit, its deadline and this descriptor
+    together, with no periodic wake-up. Safe to set from a signal handler
+    (the write is one non-blocking ``os.write``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        weakref.finalize(self, _close_pipe, self._read, self._write)
+
+    def fileno(self) -> int:
+        """Readable once the event is set (until ``clear``)."""
+        return self._read
+
+    def set(self) -> None:
+        super().set()
+        with contextlib.suppress(OSError):  # full pipe: already readable
+            os.write(self._write, b"x")
+
+    def clear(self) -> None:
+        super().clear()
+        with contextlib.suppress(OSError):
+            while os.read(self._read, 4096):
+                pass
+
+
+def _close_pipe(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class _Capture:
@@ -134,8 +175,12 @@ def _kill_session_children() -> None:
                 _kill_group(pid)
 
 
-def _wait_exit(pid: int, pidfd: int | None, seconds: float) -> bool:
-    """Wait up to ``seconds`` for ``pid`` to exit (not reaped); True once it has."""
+def _wait_exit(pid: int, pidfd: int | None, seconds: float, wake: int | None = None) -> bool:
+    """Wait up to ``seconds`` for ``pid`` to exit (not reaped); True once it has.
+
+    With a pidfd this is one ``poll``, which ``wake`` (a descriptor that
+    becomes readable) can also end early; without one, a sleep of ``seconds``.
+    """
     if pidfd is None:
         if _leader_exited(pid):
             return True
@@ -143,7 +188,11 @@ def _wait_exit(pid: int, pidfd: int | None, seconds: float) -> bool:
         return _leader_exited(pid)
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(max(0, int(seconds * 1000)))) or _leader_exited(pid)
+    if wake is not None:
+        poller.register(wake, select.POLLIN)
+    # Rounded up: a timeout rounded down to 0 ms would spin until the deadline.
+    events = poller.poll(max(0, math.ceil(seconds * 1000)))
+    return any(fd == pidfd for fd, _ in events) or _leader_exited(pid)
 
 
 def _close_report(report: tuple[int, int] | None, *, both: bool) -> None:
@@ -270,6 +319,10 @@ def run_process(
         for reader in readers:
             reader.start()
         deadline = time.monotonic() + timeout_seconds
+        # A Cancellation wakes the wait through its descriptor; a plain Event
+        # cannot, so then (and without a pidfd) the wait wakes every poll_seconds.
+        wake = cancel.fileno() if isinstance(cancel, Cancellation) else None
+        ticking = pidfd is None or (cancel is not None and wake is None)
         while True:
             if cancel is not None and cancel.is_set():
                 status = ProcessStatus.CANCELLED
@@ -278,9 +331,8 @@ def run_process(
             if remaining <= 0:
                 status = ProcessStatus.TIMED_OUT
                 break
-            # Without a cancel event a pidfd wait sleeps until the exit or the deadline.
-            wait = remaining if cancel is None and pidfd is not None else poll_seconds
-            if _wait_exit(proc.pid, pidfd, min(remaining, wait)):
+            wait = min(remaining, poll_seconds) if ticking else remaining
+            if _wait_exit(proc.pid, pidfd, wait, wake):
                 break
     finally:
         try:

@@ -191,7 +191,7 @@ def replay_run(
             target = attempt.evidence / item.path
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "evidence" / item.path, target, follow_symlinks=False)
-        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts)
+        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts, attempt.files)
         if rec.artifacts != retained:
             raise Block(Reason.EVIDENCE_CHANGED, "evidence changed while it was copied")
         rec.evidence_digest = list_digest(rec.artifacts)

@@ -9,8 +9,8 @@ its ``Reason``):
    containment level (ADR 0009), never weaker than the entry requires;
 3. build identity(check): every pin must hold;
 4. copy every declared input (the specification is always one) from inside
-   the repository root into ``snapshot/``, hashing the bytes as they are
-   copied; the snapshot holds exactly the declared inputs;
+   the repository root into ``snapshot/``, each copy hashed once; the
+   snapshot holds exactly the declared inputs;
 5. write the producer request; re-check the producer's pins (its executable
    and scripts through sealed copies); launch the producer, contained, in
    ``snapshot/`` with placeholders expanded per argv element (no shell);
@@ -142,7 +142,7 @@ def run_check(
         verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the producer")
         if attempt.role_dir(Role.CHECKER).exists() or attempt.role_dir(Role.CHECKER).is_symlink():
             raise Block(Reason.RUN_DIR_TAMPERED, "checker/ appeared while the producer ran")
-        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts)
+        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts, attempt.files)
         rec.evidence_digest = list_digest(rec.artifacts)
         check_phase(
             RunKind.RUN,

@@ -7,7 +7,8 @@ collects what the attempt learns and is frozen into ``RunMetadata`` by
 ``finish``, which writes ``metadata.json`` last, in every case.
 
 Nothing here reads the clock, the environment or a global path: deadlines,
-the child environment, the run root and the run id are arguments.
+the child environment, the run root and the run id are arguments. (The
+``FileLedger`` reads the wall clock only to trust a fingerprint, never records it.)
 """
 
 from __future__ import annotations
@@ -24,21 +25,21 @@ import attrs
 
 from kernel.external._contain import (
     ContainmentLevel,
+    SealedCopies,
     SealedFile,
     available_level,
-    close_sealed,
-    seal_copy,
 )
 from kernel.external._files import (
+    FileLedger,
     copy_hashed,
+    fsync_directory,
     list_digest,
     read_capped,
-    sha256_nofollow,
     walk_tree,
     write_atomic,
     write_json_atomic,
 )
-from kernel.external._identity import CheckIdentity, all_pins, check_identity
+from kernel.external._identity import CheckIdentity, all_pins, identity_of
 from kernel.external._job import Job, job_digest_of
 from kernel.external._manifest import CheckEntry, Command, Pin, check_identifier
 from kernel.external._outcome import (
@@ -68,7 +69,7 @@ from kernel.external._settings import (
     Stage,
     expand_argv,
 )
-from kernel.external.errors import ManifestError, PinMismatchError, RunDirectoryError
+from kernel.external.errors import ManifestError, RunDirectoryError
 from kernel.identity import JsonValue, sha256_hex
 from kernel.serde import dumps, unstructure
 
@@ -168,7 +169,12 @@ class Recorder:
 
 @attrs.frozen
 class Attempt:
+    """One attempt directory; ``files`` reads each file once per attempt (then compares
+    fingerprints), ``sealed`` holds the sealed copies both launches run."""
+
     root: Path
+    files: FileLedger = attrs.field(factory=FileLedger, eq=False, repr=False)
+    sealed: SealedCopies = attrs.field(factory=SealedCopies, eq=False, repr=False)
 
     @property
     def snapshot(self) -> Path:
@@ -248,20 +254,38 @@ def choose_containment(
     return level
 
 
+def _sealed_paths(entry: CheckEntry, attempt: Attempt) -> frozenset[str]:
+    """The pinned paths a launch runs from sealed copies: each command's executable
+    and every argument of its expanded argv naming one of its dependencies."""
+    paths: set[str] = set()
+    for role, command in ((Role.PRODUCER, entry.producer), (Role.CHECKER, entry.checker)):
+        arguments = set(expand_argv(command.argv, attempt.placeholders(command, role))[1:])
+        paths.add(command.executable.path)
+        paths.update(pin.path for pin in command.dependencies if pin.path in arguments)
+    return frozenset(paths)
+
+
 def build_identity(entry: CheckEntry, rec: Recorder, attempt: Attempt) -> CheckIdentity:
-    """identity(check) with every pin checked; retained as identity.json."""
-    try:
-        identity = check_identity(entry)
-    except PinMismatchError as exc:
-        raise Block(Reason.PIN_MISMATCH, exc.message) from exc
+    """identity(check) with every pin checked (each pinned file read once for the attempt:
+    executables and scripts into the sealed copies that run); retained as identity.json."""
+    failure = first_pin_failure(
+        all_pins(entry),
+        attempt.files,
+        sealed=attempt.sealed,
+        sealing=_sealed_paths(entry, attempt),
+    )
+    if failure is not None:
+        raise Block(Reason.PIN_MISMATCH, failure.detail)
+    identity = identity_of(entry)
     rec.check_digest = identity.check_digest
     write_atomic(attempt.root / "identity.json", identity.canonical + b"\n")
     return identity
 
 
-def recheck_pins(pins: tuple[Pin, ...], reason: Reason, when: str) -> None:
-    """Seed 003 "Pin validation": these pins again, right before (or after) a launch."""
-    failure = first_pin_failure(pins)
+def recheck_pins(pins: tuple[Pin, ...], reason: Reason, when: str, ledger: FileLedger) -> None:
+    """Seed 003 "Pin validation": these pins again, right before (or after) a launch
+    (by fingerprint where ``ledger`` hashed the file already and can trust it)."""
+    failure = first_pin_failure(pins, ledger)
     if failure is not None:
         raise Block(reason, f"{when}: {failure.detail}")
 
@@ -282,9 +306,9 @@ def _source_file(root: Path, relative: str) -> Path:
 def freeze_snapshot(
     entry: CheckEntry, repository_root: Path, rec: Recorder, attempt: Attempt
 ) -> tuple[FileDigest, ...]:
-    """Copy the declared inputs into snapshot/, hashing the bytes as they are copied.
+    """Copy the declared inputs into snapshot/ and hash each copy once.
 
-    Each input is read once: the digest is of the bytes written to the copy.
+    Each input is read once (by the kernel's copy); the digest is of the copy's bytes.
     The snapshot is then checked to hold exactly the declared files (its bytes
     are checked again after each command).
     """
@@ -295,7 +319,7 @@ def freeze_snapshot(
         source = _source_file(root, relative)
         target = attempt.snapshot / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        digests.append(FileDigest(relative, copy_hashed(source, target)))
+        digests.append(FileDigest(relative, copy_hashed(source, target, attempt.files)))
     inputs = tuple(sorted(digests, key=lambda d: d.path))
     rec.inputs = inputs
     rec.input_digest = list_digest(inputs)
@@ -312,19 +336,22 @@ def verify_snapshot(
     *,
     rehash: bool = True,
 ) -> None:
-    """The snapshot holds exactly the declared inputs, byte for byte (``rehash``)."""
+    """The snapshot holds exactly the declared inputs, byte for byte (``rehash``; by
+    fingerprint for a copy the attempt's ledger can trust)."""
     if not _is_real_directory(attempt.snapshot):
         raise Block(reason, f"{when}: snapshot/ is no longer a plain directory")
     expected = {d.path: d.sha256 for d in inputs}
     parents = {"/".join(p.split("/")[:i]) for p in expected for i in range(1, p.count("/") + 1)}
-    for relative, kind in walk_tree(attempt.snapshot):
+    entries = walk_tree(attempt.snapshot)
+    for relative, kind in entries:
         if kind == "dir" and relative in parents:
             continue
         if kind != "file" or relative not in expected:
             raise Block(reason, f"{when}: unexpected {kind} {relative!r} in snapshot/")
-        if rehash and sha256_nofollow(attempt.snapshot / relative) != expected[relative]:
+        path = attempt.snapshot / relative
+        if rehash and attempt.files.sha256(path, follow_symlinks=False) != expected[relative]:
             raise Block(reason, f"{when}: {relative!r} differs from the declared input")
-    present = {relative for relative, kind in walk_tree(attempt.snapshot) if kind == "file"}
+    present = {relative for relative, kind in entries if kind == "file"}
     missing = sorted(set(expected) - present)
     if missing:
         raise Block(reason, f"{when}: {missing[0]!r} is missing from snapshot/")
@@ -337,10 +364,14 @@ def _is_real_directory(path: Path) -> bool:
         return False
 
 
-def hash_evidence(evidence: Path, declared: tuple[str, ...]) -> tuple[FileDigest, ...]:
-    """Seed 003 step 3: hash exactly the declared artifacts; the list is exact."""
+def hash_evidence(
+    evidence: Path, declared: tuple[str, ...], ledger: FileLedger | None = None
+) -> tuple[FileDigest, ...]:
+    """Seed 003 step 3: hash exactly the declared artifacts (through ``ledger``: by
+    fingerprint once it hashed them); the list is exact."""
     if not _is_real_directory(evidence):
         raise Block(Reason.ARTIFACT_SYMLINK, "evidence/ is no longer a plain directory")
+    files = ledger if ledger is not None else FileLedger()
     digests: list[FileDigest] = []
     for relative in declared:
         current = evidence
@@ -360,7 +391,7 @@ def hash_evidence(evidence: Path, declared: tuple[str, ...]) -> tuple[FileDigest
                 raise Block(
                     Reason.ARTIFACT_NOT_REGULAR, f"artifact {relative!r} is not a regular file"
                 )
-        digests.append(FileDigest(relative, sha256_nofollow(current)))
+        digests.append(FileDigest(relative, files.sha256(current, follow_symlinks=False)))
     allowed = set(declared) | {
         "/".join(p.split("/")[:i]) for p in declared for i in range(1, p.count("/") + 1)
     }
@@ -387,40 +418,34 @@ def _reason_for(role: Role, status: ProcessStatus) -> Reason:
 
 
 def _sealed_command(
-    role: Role, command: Command, argv: tuple[str, ...]
+    role: Role, command: Command, argv: tuple[str, ...], attempt: Attempt
 ) -> tuple[SealedFile, tuple[str, ...], tuple[SealedFile, ...]]:
-    """Seal the executable and each argument naming a pinned dependency; verify the copies.
+    """The attempt's sealed executable, the argv with each argument naming a pinned
+    dependency replaced by ``/dev/fd/N`` of its sealed copy, and those copies; each
+    copy's hash is checked against this command's pin. Raises ``Block``."""
+    executable = _sealed_pin(role, command.executable, attempt)
+    pinned = {pin.path: pin for pin in command.dependencies}
+    rewritten = [argv[0]]
+    scripts: list[SealedFile] = []
+    for argument in argv[1:]:
+        pin = pinned.get(argument)
+        if pin is None:
+            rewritten.append(argument)
+            continue
+        copy = _sealed_pin(role, pin, attempt)
+        scripts.append(copy)
+        rewritten.append(f"/dev/fd/{copy.fd}")
+    return executable, tuple(rewritten), tuple(scripts)
 
-    Returns the sealed executable, the argv where each such argument is now
-    ``/dev/fd/N`` of its sealed copy, and those copies. Raises ``Block``.
-    """
-    sealed: list[SealedFile] = []
+
+def _sealed_pin(role: Role, pin: Pin, attempt: Attempt) -> SealedFile:
     try:
-        executable = _seal_pin(role, command.executable, sealed)
-        pinned = {pin.path: pin for pin in command.dependencies}
-        rewritten = [argv[0]]
-        for argument in argv[1:]:
-            pin = pinned.get(argument)
-            if pin is None:
-                rewritten.append(argument)
-                continue
-            copy = _seal_pin(role, pin, sealed)
-            rewritten.append(f"/dev/fd/{copy.fd}")
-    except BaseException:
-        close_sealed(sealed)
-        raise
-    return executable, tuple(rewritten), tuple(sealed[1:])
-
-
-def _seal_pin(role: Role, pin: Pin, sealed: list[SealedFile]) -> SealedFile:
-    try:
-        copy = seal_copy(pin.path)
+        copy = attempt.sealed.get(pin.path)
     except OSError as exc:
         raise Block(
             Reason.PIN_CHANGED_BEFORE_LAUNCH,
             f"before the {role.value} launch: {pin.path}: {exc.strerror or exc}",
         ) from exc
-    sealed.append(copy)
     if copy.sha256 != pin.sha256:
         raise Block(
             Reason.PIN_CHANGED_BEFORE_LAUNCH,
@@ -445,37 +470,32 @@ def launch(
     """Re-check ``recheck``'s pins, run one command in snapshot/, keep its output; map failures.
 
     What runs is sealed copies (ADR 0009): the executable and the scripts named
-    in argv are the bytes just hashed, whatever happens to the files meanwhile.
+    in argv are the bytes hashed when the identity was built, whatever happens
+    to the files meanwhile. The files on disk are checked too (a changed file
+    still blocks the launch), by fingerprint where the ledger can trust one.
     """
     command = entry.producer if role is Role.PRODUCER else entry.checker
     argv = expand_argv(command.argv, attempt.placeholders(command, role))
     if argv[0] != command.executable.path:  # the manifest validator makes this an invariant
         raise Block(Reason.LAUNCH_FAILED, f"{role.value} argv[0] is not the pinned executable")
-    # Each pin is hashed once here: the executable and the scripts named in argv
-    # through their sealed copies, every other pin of this launch by its path.
-    arguments = set(argv[1:])
-    sealed = {command.executable} | {p for p in command.dependencies if p.path in arguments}
     recheck_pins(
-        tuple(pin for pin in recheck if pin not in sealed),
-        Reason.PIN_CHANGED_BEFORE_LAUNCH,
-        f"before the {role.value} launch",
+        recheck, Reason.PIN_CHANGED_BEFORE_LAUNCH, f"before the {role.value} launch", attempt.files
     )
-    executable, argv, scripts = _sealed_command(role, command, argv)
-    try:
-        result = run_process(
-            argv,
-            cwd=attempt.snapshot,
-            env=environment,
-            timeout_seconds=timeout_seconds,
-            cancel=cancel,
-            stdout_limit=limits.output_limit_bytes,
-            stderr_limit=limits.output_limit_bytes,
-            containment=containment,
-            executable_fd=executable.fd,
-            pass_fds=tuple(script.fd for script in scripts),
-        )
-    finally:
-        close_sealed((executable, *scripts))
+    executable, argv, scripts = _sealed_command(role, command, argv, attempt)
+    # Any change the step makes is stamped later than its request (FileLedger.settle).
+    attempt.files.settle(attempt.role_dir(role) / "request.json")
+    result = run_process(
+        argv,
+        cwd=attempt.snapshot,
+        env=environment,
+        timeout_seconds=timeout_seconds,
+        cancel=cancel,
+        stdout_limit=limits.output_limit_bytes,
+        stderr_limit=limits.output_limit_bytes,
+        containment=containment,
+        executable_fd=executable.fd,
+        pass_fds=tuple(script.fd for script in scripts),
+    )
     directory = attempt.role_dir(role)
     summary = summarize_process(result)
     if not _is_real_directory(directory):
@@ -579,10 +599,15 @@ def check_phase(
         raise
     if progress is not None:
         progress(Stage.CHECKER_EXITED)
-    recheck_pins(entry.checker.pins(), Reason.PIN_CHANGED_DURING_RUN, "after the checker exited")
+    recheck_pins(
+        entry.checker.pins(),
+        Reason.PIN_CHANGED_DURING_RUN,
+        "after the checker exited",
+        attempt.files,
+    )
     verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the checker")
     try:
-        after = hash_evidence(attempt.evidence, entry.evidence_artifacts)
+        after = hash_evidence(attempt.evidence, entry.evidence_artifacts, attempt.files)
     except Block as block:
         raise Block(Reason.EVIDENCE_CHANGED, f"after the checker: {block.detail}") from block
     if after != rec.artifacts:
@@ -635,7 +660,10 @@ def _read_receipt(path: Path, limits: RunLimits) -> bytes:
 def finish(rec: Recorder, attempt: Attempt, body: Callable[[], None]) -> RunOutcome:
     """Run ``body``; turn a block or an I/O failure into BLOCKED; write metadata last."""
     try:
-        body()
+        try:
+            body()
+        finally:
+            attempt.sealed.close()  # every launch is over
     except Block as block:
         metadata = rec.freeze(Status.BLOCKED, block.reason, block.detail)
     except OSError as exc:
@@ -643,7 +671,9 @@ def finish(rec: Recorder, attempt: Attempt, body: Callable[[], None]) -> RunOutc
     else:
         metadata = rec.freeze(Status.PASS, None, "accepted by a valid receipt")
     try:
+        # The commit point (ADR 0009, "Lean steps"), with the attempt's own entry.
         write_atomic(attempt.root / "metadata.json", dumps(metadata) + b"\n", durable=True)
+        fsync_directory(attempt.root.parent)
     except OSError as exc:
         raise RunDirectoryError("metadata_unwritable", f"{attempt.root}: {exc}") from exc
     return RunOutcome(str(attempt.root), metadata)
