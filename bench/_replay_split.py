@@ -5,7 +5,10 @@ identity replay recomputes (ADR-0229 §6, §11, §13): this module records each
 payload ``canonical_json`` is asked for while the whole shipped bundle is
 classified (``replay_bundle_attempts``: validation, contract and proof
 authorities' own sealing, the outcome ids), then times re-digesting exactly
-those payloads. Side by side in the same rounds:
+those payloads, twice: on the payload path (``validated_payloads``: orjson
+and SHA-256 only, the floor the ratio is taken against) and through the
+public ``digest`` (domain scan first, as before ADR 0007's payload path;
+the floor of earlier runs). Side by side in the same rounds:
 
 - replay: ``replay_bundle_attempts`` over the parsed bundle (facts once per
   batch, as ``kernel replay`` does);
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 import kernel.identity as identity
 from bench._cases import ROOT, Corpus
 from bench._harness import Comparison, Variant
-from kernel.identity import JsonValue, digest
+from kernel.identity import JsonValue, digest, validated_payloads
 from kernel.organs import BUILTIN_MANIFEST, assess, builtin_manifest
 from kernel.replay import (
     ContractClosed,
@@ -124,6 +127,10 @@ def comparison(corpus: Corpus, floor: Floor) -> Comparison:
         return done
 
     def floor_digests() -> object:
+        with validated_payloads():
+            return [digest(value) for value in floor.payloads]
+
+    def scanned_floor_digests() -> object:
         return [digest(value) for value in floor.payloads]
 
     return Comparison(
@@ -131,6 +138,7 @@ def comparison(corpus: Corpus, floor: Floor) -> Comparison:
         f"bundle of {floor.attempts} attempts, {len(floor.payloads)} digests",
         Variant("hash floor", floor_digests),
         (
+            Variant("hash floor with the domain scan", scanned_floor_digests),
             Variant("replay (batch)", replay),
             Variant("parse", parse),
             Variant("validate", validate_all),
@@ -150,13 +158,48 @@ def summary(floor: Floor, medians_us: dict[str, float]) -> list[str]:
         f"validate {per['validate']:.0f}, authorities {per['authorities']:.0f}, "
         f"transitions {transitions:.0f}",
         f"replay = {ratio:.2f}x its hash floor (target <= 1.5x); "
-        f"validate alone {per['validate'] / per['hash floor']:.2f}x",
+        f"validate alone {per['validate'] / per['hash floor']:.2f}x; "
+        f"authorities alone {per['authorities'] / per['hash floor']:.2f}x",
+        f"against the floor with the domain scan ({per['hash floor with the domain scan']:.0f} "
+        f"us): replay {per['replay (batch)'] / per['hash floor with the domain scan']:.2f}x",
     ]
     return lines
 
 
-if __name__ == "__main__":  # pragma: no cover - use ``python -m bench``
-    sys.exit("run: python -m bench")
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench._replay_split [--rounds N]``: this group alone."""
+    import argparse
+    import statistics
+
+    from bench._cases import load_corpus
+    from bench._harness import measure
+
+    parser = argparse.ArgumentParser(prog="python -m bench._replay_split")
+    parser.add_argument("--rounds", type=int, default=41)
+    parser.add_argument("--target-ms", type=float, default=40.0)
+    args = parser.parse_args(argv)
+    corpus = load_corpus()
+    floor = hash_floor(corpus)
+    item = comparison(corpus, floor)
+    ratios = measure(item, rounds=args.rounds, target_s=args.target_ms / 1000)
+    medians = {item.baseline.label: statistics.median(ratios[0].baseline_us)}
+    medians.update({r.variant.label: statistics.median(r.variant_us) for r in ratios})
+    print(f"{item.case}, {args.rounds} rounds")
+    print("| variant | us per bundle (median) | floor / variant (median) | IQR |")
+    print("|---|---|---|---|")
+    for ratio in ratios:
+        q1, q3 = ratio.quartiles
+        print(
+            f"| {ratio.variant.label} | {statistics.median(ratio.variant_us):,.0f} | "
+            f"{ratio.median:.3f} | {q1:.3f}-{q3:.3f} |"
+        )
+    for line in summary(floor, medians):
+        print(f"- {line}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - or as part of ``python -m bench``
+    sys.exit(main())
 
 
 # --- linear batches (issue 10): CPU of one batch against its size ---------------

@@ -30,7 +30,7 @@ from typing import Any, Final, cast, final
 import attrs
 
 from kernel.frames import ProblemFrame
-from kernel.identity import IdentityError, check_domain
+from kernel.identity import IdentityError, check_domain, validated_payloads
 from kernel.replay._records import ReplayAdapterInput, ReplayRequest
 from kernel.upstream import (
     CandidateAttempt,
@@ -77,8 +77,12 @@ def examine_record(record: object) -> RecordFacts:
     except (TypeError, ValueError) as exc:
         return RecordFacts(record, str(exc), None)
     try:
-        for item in items:
-            canonical_payloads(item)
+        # The validators of every item (and of all it holds) have just held,
+        # so its payloads may take the payload path (ADR-0007): orjson without
+        # the scan, the reference for whatever orjson refuses.
+        with validated_payloads():
+            for item in items:
+                canonical_payloads(item)
     except IdentityError as exc:
         return RecordFacts(record, None, str(exc))
     return RecordFacts(record, None, None)
@@ -202,20 +206,23 @@ def examine_run(run: GeometricSearchRun, *, shared: Sequence[object] = ()) -> Ru
         validate_deep(run)
     except (TypeError, ValueError) as exc:
         return RunFacts(run, str(exc), None, None, False, _EXAMINED, records)
-    try:
-        run_id = run_id_of(run)
-    except IdentityError as exc:
-        return RunFacts(run, None, str(exc), None, False, _EXAMINED, records)
-    # The run id covers each attempt's content but not the derived attempt
-    # ids, so every attempt in the run is checked too: a run carrying one
-    # forged sibling attempt is not the immutable run the search recorded.
-    consistent = all(
-        a.attempt_index == position
-        and a.run_id == run.run_id
-        and a.input_digest == run.input_digest
-        and attempt_id_of(a) == a.attempt_id
-        for position, a in enumerate(run.candidate_attempts)
-    )
+    # validate_deep(run) has just held for the run and every record in it:
+    # its digests take the payload path (ADR-0007).
+    with validated_payloads():
+        try:
+            run_id = run_id_of(run)
+        except IdentityError as exc:
+            return RunFacts(run, None, str(exc), None, False, _EXAMINED, records)
+        # The run id covers each attempt's content but not the derived attempt
+        # ids, so every attempt in the run is checked too: a run carrying one
+        # forged sibling attempt is not the immutable run the search recorded.
+        consistent = all(
+            a.attempt_index == position
+            and a.run_id == run.run_id
+            and a.input_digest == run.input_digest
+            and attempt_id_of(a) == a.attempt_id
+            for position, a in enumerate(run.candidate_attempts)
+        )
     return RunFacts(run, None, None, run_id, consistent, _EXAMINED, records)
 
 
