@@ -11,7 +11,10 @@ public ``digest`` (domain scan first, as before ADR 0007's payload path;
 the floor of earlier runs). Side by side in the same rounds:
 
 - replay: ``replay_bundle_attempts`` over the parsed bundle (facts once per
-  batch, as ``kernel replay`` does);
+  batch, as ``kernel replay`` does; every record examined, as for any caller);
+- replay from bytes: ``replay_bundle_document`` (parse, then classify without
+  re-validating the records it has just built; ADR 0011); minus parse, it
+  is the replay of records the kernel built itself;
 - parse: ``loads(bundle.json, ReplayBundle)`` (strict JSON and structuring);
 - validate: ``validate`` of every attempt with the batch's facts;
 - authorities: the contract authority on every validated candidate and the
@@ -46,6 +49,7 @@ from kernel.replay import (
     build_replay_input,
     examine_run,
     replay_bundle_attempts,
+    replay_bundle_document,
     replay_contract,
     validate,
 )
@@ -106,6 +110,9 @@ def comparison(corpus: Corpus, floor: Floor) -> Comparison:
     def parse() -> object:
         return loads(corpus.bundle_bytes, ReplayBundle)
 
+    def replay_from_bytes() -> object:
+        return list(replay_bundle_document(corpus.bundle_bytes, manifest))
+
     def validate_all() -> object:
         return [validate(request, manifest, facts=facts) for request in corpus.requests]
 
@@ -140,6 +147,7 @@ def comparison(corpus: Corpus, floor: Floor) -> Comparison:
         (
             Variant("hash floor with the domain scan", scanned_floor_digests),
             Variant("replay (batch)", replay),
+            Variant("replay from bytes", replay_from_bytes),
             Variant("parse", parse),
             Variant("validate", validate_all),
             Variant("authorities", authorities),
@@ -152,12 +160,16 @@ def summary(floor: Floor, medians_us: dict[str, float]) -> list[str]:
     per = {label: us / floor.attempts for label, us in medians_us.items()}
     transitions = per["replay (batch)"] - per["validate"] - per["authorities"]
     ratio = per["replay (batch)"] / per["hash floor"]
+    built = per["replay from bytes"] - per["parse"]
     lines = [
         f"per attempt (us, median): hash floor {per['hash floor']:.0f}, "
         f"replay {per['replay (batch)']:.0f}, parse {per['parse']:.0f}, "
         f"validate {per['validate']:.0f}, authorities {per['authorities']:.0f}, "
-        f"transitions {transitions:.0f}",
-        f"replay = {ratio:.2f}x its hash floor (target <= 1.5x); "
+        f"transitions {transitions:.0f}; replay from bytes {per['replay from bytes']:.0f}, "
+        f"of which replay of the records it built {built:.0f}",
+        f"replay of records the kernel built = {built / per['hash floor']:.2f}x its hash floor "
+        f"(target <= 1.5x)",
+        f"replay of records a caller handed in = {ratio:.2f}x its hash floor (target <= 1.5x); "
         f"validate alone {per['validate'] / per['hash floor']:.2f}x; "
         f"authorities alone {per['authorities'] / per['hash floor']:.2f}x",
         f"against the floor with the domain scan ({per['hash floor with the domain scan']:.0f} "
