@@ -43,14 +43,14 @@ BUNDLE = Path(__file__).resolve().parents[1] / "examples" / "replay" / "bundle.j
 DATA = BUNDLE.read_bytes()
 
 
-def outcomes_examined(data: bytes) -> object:
+def outcomes_examined(data: bytes) -> list[bytes] | tuple[str, str | None, str]:
     try:
         return [dumps(o) for o in replay_bundle_attempts(loads(data, ReplayBundle), MANIFEST)]
     except (SerdeError, ValueError) as exc:
         return (type(exc).__name__, getattr(exc, "code", None), str(exc))
 
 
-def outcomes_built(data: bytes) -> object:
+def outcomes_built(data: bytes) -> list[bytes] | tuple[str, str | None, str]:
     try:
         return [dumps(o) for o in replay_bundle_document(data, MANIFEST)]
     except (SerdeError, ValueError) as exc:
