@@ -46,6 +46,8 @@ from kernel.identity import (
 )
 from kernel.organs import builtin_manifest
 from kernel.replay import (
+    ProofContext,
+    ProofStatus,
     ReasonCode,
     ReplayAdapterRefusal,
     ReplayBundle,
@@ -53,6 +55,7 @@ from kernel.replay import (
     replay_attempt,
     replay_bundle_attempts,
     requests_from_bundle,
+    seal_proof_outcome,
 )
 from kernel.replay._facts import validate_deep
 from kernel.serde import dumps, loads
@@ -199,6 +202,17 @@ def _corpus() -> dict[type, object]:
     _records(bundle, found)
     for outcome in replay_bundle_attempts(bundle, builtin_manifest()):
         _records(outcome, found)
+    # A proof authority's outcome (its id is digested on the payload path too).
+    frame = bundle.chain.problem_frame
+    context = ProofContext(
+        "arithmetic.evidence_grounded", "a" * 64, frame, bundle.chain.assessment, ()
+    )
+    proof = seal_proof_outcome(
+        context=context, authority_id="arithmetic.proofs", authority_version="v1",
+        status=ProofStatus.REFUSED, reason_codes=("span_out_of_source",),
+        evidence_spans=frame.evidence_spans, explanation="refused",
+    )
+    _records(proof, found)
     return found
 
 
@@ -214,8 +228,8 @@ def test_the_corpus_holds_every_record_replay_digests() -> None:
     assert {
         "ProblemFrame", "ContractAssessment", "ContractResidual", "SearchGateDecision",
         "ComputeBudgetDecision", "SearchRunInput", "CandidateAttempt", "GeometricSearchRun",
-        "CandidateReconstruction", "ReplayAdapterInput", "ReplayAdapterResult", "Binding",
-        "SourceSpan",
+        "CandidateReconstruction", "ReplayAdapterInput", "ReplayAdapterResult",
+        "ReplayAdapterRefusal", "ProofOutcome", "FrameDelta", "Binding", "SourceSpan",
     } <= names  # fmt: skip
 
 
