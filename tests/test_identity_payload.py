@@ -36,6 +36,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from kernel.frames import ProblemFrame
 from kernel.identity import (
     IdentityError,
     canonical_json,
@@ -47,6 +48,7 @@ from kernel.identity import (
 from kernel.organs import builtin_manifest
 from kernel.replay import (
     ProofContext,
+    ProofOutcome,
     ProofStatus,
     ReasonCode,
     ReplayAdapterRefusal,
@@ -59,6 +61,7 @@ from kernel.replay import (
 )
 from kernel.replay._facts import validate_deep
 from kernel.serde import dumps, loads
+from kernel.upstream import ContractAssessment
 from tests.test_identity_fast import DIFFERENTIAL_EXAMPLES, anything_like_json, texts
 
 BUNDLE = Path(__file__).resolve().parents[1] / "examples" / "replay" / "bundle.json"
@@ -418,3 +421,29 @@ def test_replay_outcomes_are_identical_with_the_fast_path_on_and_off() -> None:
     finally:
         set_fast_path(previous)
     assert fast == slow
+
+
+@pytest.mark.parametrize("reason", ["ok", "a\ud800", "\U0001f600"])
+def test_a_sealed_proof_outcome_is_the_same_on_the_payload_path(reason: str) -> None:
+    proof = CORPUS[ProofOutcome]
+    assert isinstance(proof, ProofOutcome)
+    frame = CORPUS[ProblemFrame]
+    assert isinstance(frame, ProblemFrame)
+    context = ProofContext(proof.obligation_ref, proof.candidate_digest, frame,
+                           CORPUS[ContractAssessment], ())  # type: ignore[arg-type]
+
+    def seal() -> object:
+        try:
+            return seal_proof_outcome(
+                context=context, authority_id="a", authority_version="v1",
+                status=ProofStatus.CLOSED, reason_codes=(reason,),
+            )
+        except IdentityError as exc:
+            return (exc.code, exc.path)
+
+    fast = seal()
+    previous = set_fast_path(False)
+    try:
+        assert seal() == fast
+    finally:
+        set_fast_path(previous)
