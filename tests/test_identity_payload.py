@@ -256,7 +256,7 @@ FIELDS = sorted(set(_fields_of_payload_records()), key=lambda kf: (kf[0].__name_
 
 
 @pytest.mark.parametrize("kind_field", FIELDS, ids=lambda kf: f"{kf[0].__name__}.{kf[1]}")
-def test_every_field_validator_refuses_the_five_kinds_alone_and_in_a_tuple(
+def test_every_field_validator_refuses_the_five_kinds_alone_and_nested(
     kind_field: tuple[type, str],
 ) -> None:
     kind, name = kind_field
@@ -264,7 +264,7 @@ def test_every_field_validator_refuses_the_five_kinds_alone_and_in_a_tuple(
     assert field.validator is not None, f"{kind.__name__}.{name} has no validator"
     instance = CORPUS.get(kind)
     for foreign in FIVE_KINDS:
-        for value in (foreign, (foreign,)):
+        for value in (foreign, (foreign,), ((foreign, "v1"),), (("v1", foreign),)):
             with pytest.raises((TypeError, ValueError)):
                 field.validator(instance, field, value)
 
@@ -293,8 +293,14 @@ def _plausible(current: object, data: st.DataObject, depth: int) -> object:
         items = cast("tuple[object, ...]", current)
         if not items:
             return data.draw(st.lists(texts(4) | surrogate_texts, max_size=2).map(tuple))
-        return tuple(_plausible(data.draw(st.sampled_from(items)), data, depth)
-                     for _ in range(data.draw(st.integers(0, 3))))
+        # Each element of its own kind, or now and then a foreign one, so a
+        # foreign value also appears nested (inside pairs, inside tuples).
+        return tuple(
+            data.draw(foreign)
+            if data.draw(st.integers(0, 5)) == 0
+            else _plausible(data.draw(st.sampled_from(items)), data, depth)
+            for _ in range(data.draw(st.integers(0, 3)))
+        )
     if isinstance(current, enum.Enum):
         return data.draw(st.sampled_from(list(type(current))))
     return data.draw(st.none() | texts(4) | surrogate_texts)
