@@ -10,13 +10,17 @@ reference path:
 - raw ``orjson.dumps(v, option=OPT_SORT_KEYS)``: the floor (no domain check);
 - the domain scan alone (``identity._covered``), to show where the fast
   path's time goes beyond orjson;
-- the change proposed to CORE for ``kernel/identity.py`` (not live): orjson
-  with subclasses passed through and the reference as fallback, for values
-  whose domain membership the record validators already proved.
+- the payload path (live since ADR 0007's "validated payloads"):
+  ``canonical_json`` inside ``validated_payloads()``, the scope entered and
+  left on every call (its whole cost, as the worst case), which is how
+  replay canonicalises the payloads of records whose validators it has run.
 
-Records come from the shipped example, small to large: one ``Binding``, one
-``ReplayAdapterInput``, one ``CandidateReconstruction`` and the whole
-``ReplayBundle``. Every variant is checked to give the same bytes first.
+Values come from the shipped example, small to large: the identity payloads
+(``payload()``, what the kernel actually digests) of one ``Binding``, one
+``ReplayAdapterInput`` and one ``CandidateReconstruction``, and the whole
+``ReplayBundle`` unstructured (it has no payload of its own; the payload path
+is measured on it only as a yardstick). Every variant is checked to give the
+same bytes first.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import orjson
 
 from bench._harness import Comparison, Variant
 from kernel import identity
-from kernel.identity import JsonValue, canonical_json
+from kernel.identity import JsonValue, canonical_json, validated_payloads
 from kernel.replay import ReplayBundle
 from kernel.serde import loads, unstructure
 
@@ -39,15 +43,14 @@ GROUP = "e: canonical vs plain"
 
 
 def records() -> tuple[tuple[str, JsonValue], ...]:
-    """(label, value) from small to large, as unstructured JSON values."""
+    """(label, value) from small to large: identity payloads, then a whole bundle."""
     bundle = loads(BUNDLE_PATH.read_bytes(), ReplayBundle)
-    chosen: tuple[tuple[str, object], ...] = (
-        ("small: Binding", bundle.chain.problem_frame.bindings[0]),
-        ("medium: ReplayAdapterInput", bundle.inputs[0]),
-        ("medium: CandidateReconstruction", bundle.chain.reconstructions[0]),
-        ("large: ReplayBundle", bundle),
+    return (
+        ("small: Binding payload", bundle.chain.problem_frame.bindings[0].payload()),
+        ("medium: ReplayAdapterInput payload", bundle.inputs[0].payload()),
+        ("medium: CandidateReconstruction payload", bundle.chain.reconstructions[0].payload()),
+        ("large: ReplayBundle (unstructured)", unstructure(bundle)),
     )
-    return tuple((label, unstructure(record)) for label, record in chosen)
 
 
 def _plain(value: JsonValue) -> bytes:
@@ -62,24 +65,9 @@ def _scan(value: JsonValue) -> bool:
     return identity._covered(value, 0)
 
 
-# The change proposed for kernel/identity.py (BENCHMARKS.md): for payloads the
-# kernel builds from records whose validators already proved exact types, skip
-# the scan and let orjson refuse what it cannot prove (subclasses passed
-# through, so they raise; lone surrogates and ints past 64 bits raise too),
-# falling back to the reference on any JSONEncodeError.
-_TRUSTED_OPTIONS = (
-    orjson.OPT_SORT_KEYS
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-)
-
-
-def _proposed_payload_path(value: JsonValue) -> bytes:
-    try:
-        return orjson.dumps(value, option=_TRUSTED_OPTIONS)
-    except orjson.JSONEncodeError:
-        return identity.canonical_json_reference(value)
+def _payload_path(value: JsonValue) -> bytes:
+    with validated_payloads():
+        return canonical_json(value)
 
 
 def comparisons() -> tuple[Comparison, ...]:
@@ -88,7 +76,7 @@ def comparisons() -> tuple[Comparison, ...]:
     for label, value in records():
         expected = _plain(value)
         assert canonical_json(value) == expected == _raw_orjson(value), label
-        assert _proposed_payload_path(value) == expected, label
+        assert _payload_path(value) == expected, label
         assert _scan(value), label
         size = len(expected)
         found.append(
@@ -101,10 +89,54 @@ def comparisons() -> tuple[Comparison, ...]:
                     Variant("raw orjson", lambda v=value: _raw_orjson(v)),
                     Variant("domain scan alone", lambda v=value: _scan(v)),
                     Variant(
-                        "proposed payload path (no scan)",
-                        lambda v=value: _proposed_payload_path(v),
+                        "payload path (validated_payloads, live)",
+                        lambda v=value: _payload_path(v),
                     ),
                 ),
             )
         )
     return tuple(found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench._canonical [--rounds N]``: this group alone, as Markdown rows."""
+    import argparse
+    import statistics
+    import time
+
+    import bench._harness as harness
+    from bench._harness import measure
+
+    parser = argparse.ArgumentParser(prog="python -m bench._canonical")
+    parser.add_argument("--rounds", type=int, default=41)
+    parser.add_argument("--target-ms", type=float, default=40.0)
+    parser.add_argument(
+        "--cpu", action="store_true",
+        help="time with this process's CPU clock instead of the wall clock (a loaded machine)",
+    )
+    args = parser.parse_args(argv)
+    wall = time.perf_counter
+    if args.cpu:  # same interleaving; time spent waiting for a core is not counted
+        harness.time.perf_counter = time.process_time  # type: ignore[attr-defined]
+    print(f"clock: {'process CPU time' if args.cpu else 'wall (perf_counter)'}, "
+          f"{args.rounds} rounds")
+    print("| value (canonical size) | variant | plain us/call | variant us/call "
+          "| ratio (median) | IQR | min-max |")
+    print("|---|---|---|---|---|---|---|")
+    for item in comparisons():
+        for ratio in measure(item, rounds=args.rounds, target_s=args.target_ms / 1000):
+            q1, q3 = ratio.quartiles
+            low, high = ratio.extremes
+            print(
+                f"| {item.case} | {ratio.variant.label} | "
+                f"{statistics.median(ratio.baseline_us):,.1f} | "
+                f"{statistics.median(ratio.variant_us):,.1f} | {ratio.median:.2f}x | "
+                f"{q1:.2f}-{q3:.2f} | {low:.2f}-{high:.2f} |",
+                flush=True,
+            )
+    harness.time.perf_counter = wall  # type: ignore[attr-defined]
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

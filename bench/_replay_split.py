@@ -5,17 +5,25 @@ identity replay recomputes (ADR-0229 §6, §11, §13): this module records each
 payload ``canonical_json`` is asked for while the whole shipped bundle is
 classified (``replay_bundle_attempts``: validation, contract and proof
 authorities' own sealing, the outcome ids), then times re-digesting exactly
-those payloads. Side by side in the same rounds:
+those payloads, twice: on the payload path (``validated_payloads``: orjson
+and SHA-256 only, the floor the ratio is taken against) and through the
+public ``digest`` (domain scan first, as before ADR 0007's payload path;
+the floor of earlier runs). Side by side in the same rounds:
 
 - replay: ``replay_bundle_attempts`` over the parsed bundle (facts once per
-  batch, as ``kernel replay`` does);
+  batch, as ``kernel replay`` does; every record examined, as for any caller);
+- replay (records the kernel built): the same attempts with the facts
+  ``replay_bundle_document`` uses for the records it has just parsed
+  (``built_facts``/``with_built``: not re-validated, ADR 0011); the bench
+  loaded the bundle itself and nobody altered it, so the facts are true;
 - parse: ``loads(bundle.json, ReplayBundle)`` (strict JSON and structuring);
-- validate: ``validate`` of every attempt with the batch's facts;
+- validate: ``validate`` of every attempt with the batch's facts (every
+  record examined), and again with the built records' facts;
 - authorities: the contract authority on every validated candidate and the
   proof authorities on every contract-closed one, called directly;
 - transitions: what is left of replay once validate and the authorities
   are taken out (building states, outcomes, their ids), reported in the
-  summary as a difference of medians.
+  summary as a difference of medians (records the kernel built).
 
 Every figure is per bundle (the summary divides by its attempts); ratios are
 floor / variant, so replay's multiple of its floor is the inverse.
@@ -33,7 +41,7 @@ from dataclasses import dataclass
 import kernel.identity as identity
 from bench._cases import ROOT, Corpus
 from bench._harness import Comparison, Variant
-from kernel.identity import JsonValue, digest
+from kernel.identity import JsonValue, digest, validated_payloads
 from kernel.organs import BUILTIN_MANIFEST, assess, builtin_manifest
 from kernel.replay import (
     ContractClosed,
@@ -42,12 +50,16 @@ from kernel.replay import (
     Validated,
     build_replay_input,
     examine_run,
+    replay_attempt,
     replay_bundle_attempts,
     replay_contract,
     validate,
 )
+from kernel.replay._facts import built_facts, with_built
 from kernel.serde import loads
 from kernel.upstream import build_chain
+
+_WALL_CLOCK = time.perf_counter
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,34 @@ def comparison(corpus: Corpus, floor: Floor) -> Comparison:
     def parse() -> object:
         return loads(corpus.bundle_bytes, ReplayBundle)
 
+    # What replay_bundle_document does after parsing, on the bench's own
+    # freshly loaded (and unaltered) bundle.
+    built = built_facts(
+        chain.run,
+        (chain.problem_frame, chain.assessment, chain.gate, chain.budget, chain.residuals),
+    )
+
+    def replay_built() -> object:
+        batch = built_facts(chain.run, tuple(known.record for known in built.shared))
+        return [
+            replay_attempt(
+                request, manifest,
+                facts=with_built(batch, request.replay_input, request.reconstruction),
+            )
+            for request in corpus.requests
+        ]
+
+    built_per_request = [
+        with_built(built, request.replay_input, request.reconstruction)
+        for request in corpus.requests
+    ]
+
+    def validate_built() -> object:
+        return [
+            validate(request, manifest, facts=facts)
+            for request, facts in zip(corpus.requests, built_per_request, strict=True)
+        ]
+
     def validate_all() -> object:
         return [validate(request, manifest, facts=facts) for request in corpus.requests]
 
@@ -124,6 +164,10 @@ def comparison(corpus: Corpus, floor: Floor) -> Comparison:
         return done
 
     def floor_digests() -> object:
+        with validated_payloads():
+            return [digest(value) for value in floor.payloads]
+
+    def scanned_floor_digests() -> object:
         return [digest(value) for value in floor.payloads]
 
     return Comparison(
@@ -131,9 +175,12 @@ def comparison(corpus: Corpus, floor: Floor) -> Comparison:
         f"bundle of {floor.attempts} attempts, {len(floor.payloads)} digests",
         Variant("hash floor", floor_digests),
         (
+            Variant("hash floor with the domain scan", scanned_floor_digests),
             Variant("replay (batch)", replay),
+            Variant("replay (records the kernel built)", replay_built),
             Variant("parse", parse),
             Variant("validate", validate_all),
+            Variant("validate (records the kernel built)", validate_built),
             Variant("authorities", authorities),
         ),
     )
@@ -142,21 +189,75 @@ def comparison(corpus: Corpus, floor: Floor) -> Comparison:
 def summary(floor: Floor, medians_us: dict[str, float]) -> list[str]:
     """Per-attempt figures and replay's multiple of its hash floor."""
     per = {label: us / floor.attempts for label, us in medians_us.items()}
-    transitions = per["replay (batch)"] - per["validate"] - per["authorities"]
+    built = per["replay (records the kernel built)"]
+    built_validate = per["validate (records the kernel built)"]
+    transitions = built - built_validate - per["authorities"]
     ratio = per["replay (batch)"] / per["hash floor"]
+    floor = per["hash floor"]
     lines = [
-        f"per attempt (us, median): hash floor {per['hash floor']:.0f}, "
-        f"replay {per['replay (batch)']:.0f}, parse {per['parse']:.0f}, "
-        f"validate {per['validate']:.0f}, authorities {per['authorities']:.0f}, "
-        f"transitions {transitions:.0f}",
-        f"replay = {ratio:.2f}x its hash floor (target <= 1.5x); "
-        f"validate alone {per['validate'] / per['hash floor']:.2f}x",
+        f"per attempt (us, median): hash floor {floor:.0f}; records the kernel built: "
+        f"replay {built:.0f} = validate {built_validate:.0f} + authorities "
+        f"{per['authorities']:.0f} + transitions {transitions:.0f}; parse {per['parse']:.0f}",
+        f"records a caller handed in: replay {per['replay (batch)']:.0f}, "
+        f"validate {per['validate']:.0f}",
+        f"replay of records the kernel built = {built / floor:.2f}x its hash floor "
+        f"(target <= 1.5x): validate {built_validate / floor:.2f}x, authorities "
+        f"{per['authorities'] / floor:.2f}x, transitions {transitions / floor:.2f}x",
+        f"replay of records a caller handed in = {ratio:.2f}x its hash floor; "
+        f"validate alone {per['validate'] / floor:.2f}x",
+        f"against the floor with the domain scan ({per['hash floor with the domain scan']:.0f} "
+        f"us): replay {per['replay (batch)'] / per['hash floor with the domain scan']:.2f}x",
     ]
     return lines
 
 
-if __name__ == "__main__":  # pragma: no cover - use ``python -m bench``
-    sys.exit("run: python -m bench")
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench._replay_split [--rounds N]``: this group alone."""
+    import argparse
+    import statistics
+
+    import bench._harness as harness
+    from bench._cases import load_corpus
+    from bench._harness import measure
+
+    parser = argparse.ArgumentParser(prog="python -m bench._replay_split")
+    parser.add_argument("--rounds", type=int, default=41)
+    parser.add_argument("--target-ms", type=float, default=40.0)
+    parser.add_argument(
+        "--cpu", action="store_true",
+        help="time with this process's CPU clock instead of the wall clock (a loaded machine)",
+    )
+    args = parser.parse_args(argv)
+    corpus = load_corpus()
+    floor = hash_floor(corpus)
+    item = comparison(corpus, floor)
+    if args.cpu:
+        # Same interleaving and GC handling; only the clock differs, so time
+        # spent waiting for a core another job holds is not counted.
+        harness.time.perf_counter = time.process_time  # type: ignore[attr-defined]
+    try:
+        ratios = measure(item, rounds=args.rounds, target_s=args.target_ms / 1000)
+    finally:
+        harness.time.perf_counter = _WALL_CLOCK  # type: ignore[attr-defined]
+    print(f"clock: {'process CPU time' if args.cpu else 'wall (perf_counter)'}")
+    medians = {item.baseline.label: statistics.median(ratios[0].baseline_us)}
+    medians.update({r.variant.label: statistics.median(r.variant_us) for r in ratios})
+    print(f"{item.case}, {args.rounds} rounds")
+    print("| variant | us per bundle (median) | floor / variant (median) | IQR |")
+    print("|---|---|---|---|")
+    for ratio in ratios:
+        q1, q3 = ratio.quartiles
+        print(
+            f"| {ratio.variant.label} | {statistics.median(ratio.variant_us):,.0f} | "
+            f"{ratio.median:.3f} | {q1:.3f}-{q3:.3f} |"
+        )
+    for line in summary(floor, medians):
+        print(f"- {line}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - or as part of ``python -m bench``
+    sys.exit(main())
 
 
 # --- linear batches (issue 10): CPU of one batch against its size ---------------

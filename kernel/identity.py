@@ -37,6 +37,22 @@ Fast path (ADR-0007):
 - ``set_fast_path(False)`` restores the reference behaviour everywhere (the
   path-tracking check and ``json.dumps``) for benchmarks and tests; since
   both paths give the same bytes and the same errors, it changes speed only.
+
+Payload path (ADR-0007, "validated payloads"):
+
+- Inside ``with validated_payloads():`` ``canonical_json`` and
+  ``check_domain`` skip the scan and call orjson with subclasses,
+  dataclasses and datetimes passed through (so orjson refuses them). orjson
+  then refuses everything outside the domain except floats, ``Enum``
+  members, ``UUID``s, ``orjson.Fragment``s and nesting of 201-254 levels;
+  whatever it refuses takes the reference, which gives its bytes or its
+  ``IdentityError``. The caller promises that none of those five can occur:
+  every value is the payload of a record whose field validators ran after
+  its last change (at construction, or by ``validate_deep``), and every
+  record validator refuses all five (``tests/test_identity_payload.py``
+  checks each field of each record, and compares both paths over records
+  altered with ``object.__setattr__``). The scope is a ``ContextVar``: it
+  holds for the calling thread (or task) only, never for another caller.
 """
 
 from __future__ import annotations
@@ -45,7 +61,9 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar, Token
 from decimal import Decimal
+from types import TracebackType
 from typing import Any, Final, TypeAlias, final
 
 import orjson
@@ -66,6 +84,7 @@ __all__ = [
     "is_digest",
     "set_fast_path",
     "sha256_hex",
+    "validated_payloads",
 ]
 
 JsonValue: TypeAlias = bool | int | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"] | None
@@ -237,13 +256,72 @@ def fast_path_enabled() -> bool:
     return _fast_path
 
 
+# --- the payload path: values whose exact types validators already proved ----------
+
+# With these options orjson hands subclasses of str/int/dict/list, dataclasses
+# and datetimes to ``default`` (there is none, so it raises) instead of
+# rendering them; it raises for lone surrogates, non-str keys, ints past 64
+# bits, bytes, sets, named tuples and cycles as well. What it still renders
+# that the domain refuses: float, Enum, UUID, Fragment, depth 201-254. The
+# scope's contract excludes exactly those (ADR-0007).
+_PAYLOAD_OPTIONS: Final = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+_validated: Final[ContextVar[bool]] = ContextVar("kernel.identity.validated", default=False)
+
+
+@final
+class validated_payloads:  # lower case: read as ``with validated_payloads():``
+    """Within this block, canonicalise without the domain scan (the payload path).
+
+    Only for payloads of records whose attrs field validators ran after the
+    record's last change (at construction with attrs' validators enabled, or
+    through ``kernel.replay``'s ``validate_deep``), and values composed of
+    such payloads, their parts, digests and plain ``str``/``int`` literals.
+    Those validators admit no float, ``Enum`` member, ``UUID``,
+    ``orjson.Fragment`` or deep nesting, the only values orjson would render
+    although the domain refuses them; everything else outside the domain is
+    refused by orjson and then by the reference, with the reference's error.
+    Bytes are the reference's either way. Re-entrant; per thread/task.
+    """
+
+    __slots__ = ("_token",)
+
+    def __init__(self) -> None:
+        self._token: Token[bool] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _validated.set(True)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _validated.reset(self._token)
+            self._token = None
+
+
 # --- public API ----------------------------------------------------------------
 
 
 def check_domain(value: object) -> None:
     """Raise ``IdentityError`` unless ``value`` lies in the identity domain."""
-    if _fast_path and _covered(value, 0):
-        return
+    if _fast_path:
+        if _validated.get():
+            try:
+                orjson.dumps(value, option=_PAYLOAD_OPTIONS)
+            except orjson.JSONEncodeError:
+                pass
+            else:
+                return
+        elif _covered(value, 0):
+            return
     _check_domain(value, "$", 0)
 
 
@@ -299,13 +377,20 @@ def canonical_json(value: JsonValue) -> bytes:
     """The canonical UTF-8 JSON bytes of ``value``; raises ``IdentityError``.
 
     Byte-identical to ``canonical_json_reference``: orjson is used only over
-    the covered domain, everything else takes the reference.
+    the covered domain (or, inside ``validated_payloads``, wherever it does
+    not refuse), everything else takes the reference.
     """
-    if _fast_path and _covered(value, 0):
-        try:
-            return orjson.dumps(value, option=_ORJSON_OPTIONS)
-        except orjson.JSONEncodeError:  # defensive: the scan should make this unreachable
-            pass
+    if _fast_path:
+        if _validated.get():
+            try:
+                return orjson.dumps(value, option=_PAYLOAD_OPTIONS)
+            except orjson.JSONEncodeError:  # outside the domain or past 64 bits
+                pass
+        elif _covered(value, 0):
+            try:
+                return orjson.dumps(value, option=_ORJSON_OPTIONS)
+            except orjson.JSONEncodeError:  # defensive: the scan should make this unreachable
+                pass
     return canonical_json_reference(value)
 
 

@@ -31,6 +31,9 @@ ALLOWED_MODULES = {
     # limit does not reach (kernel.identity.int_text; construction and str()
     # of an integral Decimal ignore the context, so the result is the value's).
     "decimal",
+    # contextvars: kernel.identity.validated_payloads scopes the payload path
+    # to the calling thread/task (ADR-0007); it holds no value from the world.
+    "contextvars",
 }
 PURE_KERNEL_PREFIXES = (
     "kernel.identity", "kernel.serde", "kernel.frames", "kernel.upstream", "kernel._values",

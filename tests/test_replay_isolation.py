@@ -83,4 +83,6 @@ def test_the_replay_package_imports_only_the_pure_core() -> None:
         "kernel.replay._facts", "kernel.replay._reasons", "kernel.replay._outputs",
         "kernel.frames", "kernel.upstream",
         "kernel.identity", "kernel._values",
+        # pure too: replay_bundle_document parses the records it then trusts (ADR 0011)
+        "kernel.serde",
     }, seen

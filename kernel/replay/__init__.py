@@ -19,7 +19,12 @@ from kernel.replay._authority import (
     seal_proof_outcome,
 )
 from kernel.replay._facts import RunFacts, examine_run, facts_for
-from kernel.replay._inputs import build_replay_input, replay_bundle_attempts, requests_from_bundle
+from kernel.replay._inputs import (
+    build_replay_input,
+    replay_bundle_attempts,
+    replay_bundle_document,
+    requests_from_bundle,
+)
 from kernel.replay._machine import (
     ContractClosed,
     ProofsReplayed,
@@ -88,6 +93,7 @@ __all__ = [
     "replay_attempt",
     "replay_attempts",
     "replay_bundle_attempts",
+    "replay_bundle_document",
     "replay_contract",
     "replay_proofs",
     "requests_from_bundle",

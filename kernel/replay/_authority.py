@@ -26,7 +26,7 @@ import attrs
 
 from kernel._values import DIGEST, NAME, TEXT, UNSEALED_ID, tuple_of
 from kernel.frames import ProblemFrame, SourceSpan, spans_payload
-from kernel.identity import JsonValue, digest
+from kernel.identity import JsonValue, digest, validated_payloads
 from kernel.upstream import ContractAssessment
 
 __all__ = [
@@ -150,7 +150,14 @@ def seal_proof_outcome(
         evidence_spans=evidence_spans,
         explanation=explanation,
     )
-    return attrs.evolve(draft, proof_outcome_id=proof_outcome_id_of(draft))
+    if attrs.validators.get_disabled():
+        sealed = proof_outcome_id_of(draft)
+    else:
+        # The constructor just ran every validator of the draft and nothing
+        # has run since: its id takes the payload path (ADR-0007).
+        with validated_payloads():
+            sealed = proof_outcome_id_of(draft)
+    return attrs.evolve(draft, proof_outcome_id=sealed)
 
 
 ProofAuthorityFn = Callable[[ProofContext], ProofOutcome]

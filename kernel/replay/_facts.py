@@ -20,17 +20,26 @@ Rules:
 - ``validate_deep`` re-runs every attrs validator of a record and of the
   records it holds, so a frozen value altered behind attrs' back
   (``object.__setattr__``) is caught when it is validated, not only when built.
+- The one exception is provenance (ADR 0011, "Records the kernel built"):
+  ``built_facts``/``with_built`` vouch, without walking them, for records that
+  ``kernel.serde``'s strict converter has just built (every field validator
+  and invariant ran in the constructor, over values the strict parser had
+  already put in the identity domain) and that no caller has held since.
+  Only the function that parsed the records may call them
+  (``replay_bundle_document``); a record handed in by a caller is always
+  examined.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Final, cast, final
 
 import attrs
 
 from kernel.frames import ProblemFrame
-from kernel.identity import IdentityError, check_domain
+from kernel.identity import IdentityError, check_domain, validated_payloads
 from kernel.replay._records import ReplayAdapterInput, ReplayRequest
 from kernel.upstream import (
     CandidateAttempt,
@@ -47,11 +56,13 @@ from kernel.upstream import (
 __all__ = [
     "RecordFacts",
     "RunFacts",
+    "built_facts",
     "canonical_payloads",
     "examine_run",
     "facts_apply",
     "facts_for",
     "validate_deep",
+    "with_built",
 ]
 
 # Only facts built by ``examine_run`` carry this mark.
@@ -77,8 +88,12 @@ def examine_record(record: object) -> RecordFacts:
     except (TypeError, ValueError) as exc:
         return RecordFacts(record, str(exc), None)
     try:
-        for item in items:
-            canonical_payloads(item)
+        # The validators of every item (and of all it holds) have just held,
+        # so its payloads may take the payload path (ADR-0007): orjson without
+        # the scan, the reference for whatever orjson refuses.
+        with validated_payloads():
+            for item in items:
+                canonical_payloads(item)
     except IdentityError as exc:
         return RecordFacts(record, None, str(exc))
     return RecordFacts(record, None, None)
@@ -101,10 +116,25 @@ class RunFacts:
     shared: tuple[RecordFacts, ...] = ()
 
     def record(self, record: object) -> RecordFacts:
-        """The facts of ``record``: examined with the batch if it is that very object."""
+        """The facts of ``record``: examined with the batch if it is that very object.
+
+        An attempt that is the very object at its own index in this run was
+        examined with the run (``validate_deep(run)`` reaches every attempt,
+        and the run id and every attempt id were digested): it is not walked
+        again when the run was found sound.
+        """
         for known in self.shared:
             if known.record is record:
                 return known
+        if (
+            type(record) is CandidateAttempt
+            and self.structure_error is None
+            and self.canonical_error is None
+        ):
+            index: object = record.attempt_index
+            attempts = self.run.candidate_attempts
+            if type(index) is int and 0 <= index < len(attempts) and attempts[index] is record:
+                return RecordFacts(record, None, None)
         return examine_record(record)
 
 
@@ -113,10 +143,13 @@ def facts_apply(facts: object, run: object) -> bool:
     return type(facts) is RunFacts and facts._mark is _EXAMINED and facts.run is run
 
 
-_Plan = tuple[tuple["attrs.Attribute[Any]", ...], Callable[[Any], None] | None]
-# Per record class (the kernel's own classes, never a value): its fields and
-# its cross-field invariant. Classes whose metaclass is not ``type`` are
-# walked without a plan, so no foreign __hash__ or __eq__ runs here.
+_Checked = tuple[tuple[int, "attrs.Attribute[Any]"], ...]
+_Plan = tuple[Callable[[Any], tuple[Any, ...]], _Checked, Callable[[Any], None] | None]
+# Per record class (the kernel's own classes, never a value): one getter for
+# all its fields in declaration order, the fields that have a validator (with
+# their position), and its cross-field invariant. Classes whose metaclass is
+# not ``type`` are walked without a cached plan, so no foreign __hash__ or
+# __eq__ runs here.
 _PLANS: Final[dict[type, _Plan]] = {}
 _LEAVES: Final = frozenset({str, int, bool, type(None)})
 
@@ -124,7 +157,19 @@ _LEAVES: Final = frozenset({str, int, bool, type(None)})
 def _plan(kind: type) -> _Plan | None:
     plan = _PLANS.get(kind) if type(kind) is type else None
     if plan is None and attrs.has(kind):
-        plan = (tuple(attrs.fields(kind)), getattr(kind, "__attrs_post_init__", None))
+        fields = attrs.fields(kind)
+        names = [field.name for field in fields]
+        # attrgetter of one name returns the value itself, of several a tuple.
+        getter: Callable[[Any], tuple[Any, ...]]
+        if len(names) == 1:
+            one = operator.attrgetter(names[0])
+            getter = lambda value: (one(value),)  # noqa: E731 -- a one-line adapter
+        elif names:
+            getter = operator.attrgetter(*names)
+        else:
+            getter = lambda value: ()  # noqa: E731
+        checked = tuple((i, f) for i, f in enumerate(fields) if f.validator is not None)
+        plan = (getter, checked, getattr(kind, "__attrs_post_init__", None))
         if type(kind) is type:
             _PLANS[kind] = plan
     return plan
@@ -141,24 +186,25 @@ def validate_deep(value: object) -> None:
     before the values they hold, as ``attrs.validate`` then recursion would.
     """
     kind = type(value)
-    if kind in _LEAVES:
-        return
     if kind is tuple:
         for item in cast("tuple[object, ...]", value):
-            validate_deep(item)
+            if type(item) not in _LEAVES:
+                validate_deep(item)
+        return
+    if kind in _LEAVES:
         return
     plan = _plan(kind)
     if plan is None:
         return
-    fields, invariants = plan
-    items = [getattr(value, field.name) for field in fields]
-    for field, item in zip(fields, items, strict=True):
-        if field.validator is not None:
-            field.validator(value, field, item)
+    getter, checked, invariants = plan
+    items = getter(value)
+    for position, field in checked:
+        field.validator(value, field, items[position])  # type: ignore[misc]  # not None: planned
     if invariants is not None:
         invariants(value)
     for item in items:
-        validate_deep(item)
+        if type(item) not in _LEAVES:
+            validate_deep(item)
 
 
 def canonical_payloads(record: object) -> None:
@@ -202,21 +248,61 @@ def examine_run(run: GeometricSearchRun, *, shared: Sequence[object] = ()) -> Ru
         validate_deep(run)
     except (TypeError, ValueError) as exc:
         return RunFacts(run, str(exc), None, None, False, _EXAMINED, records)
-    try:
-        run_id = run_id_of(run)
-    except IdentityError as exc:
-        return RunFacts(run, None, str(exc), None, False, _EXAMINED, records)
-    # The run id covers each attempt's content but not the derived attempt
-    # ids, so every attempt in the run is checked too: a run carrying one
-    # forged sibling attempt is not the immutable run the search recorded.
-    consistent = all(
-        a.attempt_index == position
-        and a.run_id == run.run_id
-        and a.input_digest == run.input_digest
-        and attempt_id_of(a) == a.attempt_id
-        for position, a in enumerate(run.candidate_attempts)
-    )
+    # validate_deep(run) has just held for the run and every record in it:
+    # its digests take the payload path (ADR-0007).
+    with validated_payloads():
+        try:
+            run_id = run_id_of(run)
+        except IdentityError as exc:
+            return RunFacts(run, None, str(exc), None, False, _EXAMINED, records)
+        # The run id covers each attempt's content but not the derived attempt
+        # ids, so every attempt in the run is checked too: a run carrying one
+        # forged sibling attempt is not the immutable run the search recorded.
+        consistent = all(
+            a.attempt_index == position
+            and a.run_id == run.run_id
+            and a.input_digest == run.input_digest
+            and attempt_id_of(a) == a.attempt_id
+            for position, a in enumerate(run.candidate_attempts)
+        )
     return RunFacts(run, None, None, run_id, consistent, _EXAMINED, records)
+
+
+def built_facts(run: GeometricSearchRun, shared: Sequence[object]) -> RunFacts:
+    """Facts for a run and shared records that the strict converter has just built.
+
+    Private to ``kernel.replay``: the caller must have structured ``run`` and
+    ``shared`` itself from parsed bytes, with attrs' validators on, and handed
+    them to nobody. The records are then valid and in the identity domain by
+    construction, so they are not walked again; the run's id and every
+    attempt's id are still recomputed (that is identity, not validation).
+    """
+    records = tuple(RecordFacts(record, None, None) for record in shared)
+    with validated_payloads():
+        try:
+            run_id = run_id_of(run)
+        except IdentityError as exc:  # defensive: parsed values lie in the domain
+            return RunFacts(run, None, str(exc), None, False, _EXAMINED, records)
+        consistent = all(
+            a.attempt_index == position
+            and a.run_id == run.run_id
+            and a.input_digest == run.input_digest
+            and attempt_id_of(a) == a.attempt_id
+            for position, a in enumerate(run.candidate_attempts)
+        )
+    return RunFacts(run, None, None, run_id, consistent, _EXAMINED, records)
+
+
+def with_built(facts: RunFacts, *records: object) -> RunFacts:
+    """``facts`` that also vouch for ``records``, built like those of ``built_facts``.
+
+    Same contract as ``built_facts``: only for records the caller has itself
+    structured from parsed bytes and handed to nobody. One per attempt, so
+    looking a record up stays O(shared records), whatever the run's size.
+    """
+    return attrs.evolve(
+        facts, shared=(*facts.shared, *(RecordFacts(record, None, None) for record in records))
+    )
 
 
 def facts_for(request: object, known: RunFacts | None = None) -> RunFacts | None:

@@ -16,7 +16,7 @@ import attrs
 from kernel._values import UNSEALED_ID
 from kernel.frames import frame_digest
 from kernel.replay._authority import AuthorityManifest, ProofObligations
-from kernel.replay._facts import examine_run
+from kernel.replay._facts import built_facts, examine_run, with_built
 from kernel.replay._machine import replay_attempt
 from kernel.replay._records import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
@@ -26,9 +26,15 @@ from kernel.replay._records import (
     ReplayRequest,
     input_digest_of,
 )
+from kernel.serde import loads
 from kernel.upstream import SCHEMA_VERSIONS, SearchChain
 
-__all__ = ["build_replay_input", "replay_bundle_attempts", "requests_from_bundle"]
+__all__ = [
+    "build_replay_input",
+    "replay_bundle_attempts",
+    "replay_bundle_document",
+    "requests_from_bundle",
+]
 
 
 def build_replay_input(
@@ -116,3 +122,37 @@ def replay_bundle_attempts(
         shared=(chain.problem_frame, chain.assessment, chain.gate, chain.budget, chain.residuals),
     )
     return (replay_attempt(request, manifest, facts=facts) for request in requests)
+
+
+def replay_bundle_document(
+    data: bytes, manifest: AuthorityManifest
+) -> Iterator[ReplayAdapterOutcome]:
+    """Parse one single-document bundle and classify every attempt, streamed.
+
+    Outcomes are those of ``replay_bundle_attempts(loads(data, ReplayBundle),
+    manifest)``, byte for byte; raises what that raises (``SerdeError`` for a
+    document the strict parser or converter refuses, ``ValueError`` for
+    unequal counts), before yielding anything. Faster: the records parsed
+    here never leave this function before they are classified, and the
+    converter ran every validator and invariant when it built them, over
+    values the strict parser put in the identity domain, so they are not
+    validated again (ADR 0011, "Records the kernel built"). If attrs'
+    validators are switched off, the converter did not run them, and every
+    record is examined as for any other caller.
+    """
+    bundle = loads(data, ReplayBundle)
+    requests = requests_from_bundle(bundle)
+    chain = bundle.chain
+    shared = (chain.problem_frame, chain.assessment, chain.gate, chain.budget, chain.residuals)
+    if attrs.validators.get_disabled():
+        facts = examine_run(chain.run, shared=shared)
+        return (replay_attempt(request, manifest, facts=facts) for request in requests)
+    batch = built_facts(chain.run, shared)
+    return (
+        replay_attempt(
+            request,
+            manifest,
+            facts=with_built(batch, request.replay_input, request.reconstruction),
+        )
+        for request in requests
+    )

@@ -44,12 +44,13 @@ This module is the only one that builds states, results and refusals.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final, assert_never, final
+from typing import Final, TypeVar, assert_never, final
 
 import attrs
 
 from kernel._values import UNSEALED_ID
 from kernel.frames import ProblemFrame
+from kernel.identity import validated_payloads
 from kernel.replay import _guards as guard
 from kernel.replay import _outputs as output
 from kernel.replay._authority import (
@@ -97,6 +98,7 @@ __all__ = [
 ]
 
 D = ReplayDisposition
+_Draft = TypeVar("_Draft", ReplayAdapterRefusal, ReplayAdapterResult)
 
 
 @final
@@ -159,7 +161,7 @@ def _refusal(
         reason_codes=(rejection.code.value,),
         explanation=f"{disposition.value}: {rejection.code.value}: {rejection.detail}",
     )
-    return attrs.evolve(draft, replay_refusal_id=refusal_id_of(draft))
+    return attrs.evolve(draft, replay_refusal_id=_sealed_id(refusal_id_of, draft))
 
 
 def _result(
@@ -187,7 +189,17 @@ def _result(
         evidence_spans=validated.request.reconstruction.evidence_spans,
         explanation=explanation,
     )
-    return attrs.evolve(draft, replay_result_id=result_id_of(draft))
+    return attrs.evolve(draft, replay_result_id=_sealed_id(result_id_of, draft))
+
+
+def _sealed_id(id_of: Callable[[_Draft], str], draft: _Draft) -> str:
+    """``id_of(draft)`` for an outcome just built here: its validators ran in its
+    constructor (unless attrs' validators are switched off), over values the
+    machine validated or wrote itself, so the payload path applies (ADR-0007)."""
+    if attrs.validators.get_disabled():
+        return id_of(draft)
+    with validated_payloads():
+        return id_of(draft)
 
 
 def refuse_malformed_attempt(attempt_index: int, detail: str) -> ReplayAdapterRefusal:
@@ -279,7 +291,12 @@ def validate(
     subject = guard.well_formed(request, facts)
     if isinstance(subject, Rejection):
         return _refusal(subject, attempt_index=_addressed_index(request))
-    frame = _chain(subject)
+    # well_formed re-ran every validator of every record of the request (or
+    # holds facts that did, for these very objects) and checked their payloads'
+    # domain: the chain's digests take the payload path (ADR-0007). No
+    # authority runs inside this block.
+    with validated_payloads():
+        frame = _chain(subject)
     if isinstance(frame, Rejection):
         return _refusal(frame, attempt_index=_addressed_index(request))
     # From here on every identity in the input has been recomputed and may be

@@ -13,7 +13,7 @@ Rules (ADR-0229 §9, §10, §16; ADR 0011 for the guard style):
 from __future__ import annotations
 
 from kernel.frames import ProblemFrame, frame_digest
-from kernel.identity import check_domain
+from kernel.identity import check_domain, validated_payloads
 from kernel.replay._authority import (
     ContractAuthority,
     ProofAuthority,
@@ -50,7 +50,9 @@ def contract_outcome_of(
         validate_deep(outcome)
         # The explanation is outside the identity but may be quoted in the
         # sealed outcome: it too must lie in the domain (no lone surrogate).
-        check_domain([outcome.payload(), outcome.explanation])
+        # The validators just held: the payload path applies (ADR-0007).
+        with validated_payloads():
+            check_domain([outcome.payload(), outcome.explanation])
     except (TypeError, ValueError) as exc:  # IdentityError is a ValueError
         return Rejection(R.CONTRACT_OUTCOME_MALFORMED, str(exc))
     if outcome.candidate_organ != organ:
@@ -58,12 +60,17 @@ def contract_outcome_of(
             R.CONTRACT_OUTCOME_WRONG_ORGAN,
             f"{authority.target} assessed organ {outcome.candidate_organ!r}, not {organ!r}",
         )
+    # The outcome passed its validators and the domain check above, so its
+    # id takes the payload path (ADR-0007). The frame does not: the authority
+    # held it, so it is digested with the domain scan, as before.
+    with validated_payloads():
+        outcome_id = assessment_id_of(outcome)
     if outcome.problem_frame_digest != frame_digest(frame):
         return Rejection(
             R.CONTRACT_OUTCOME_NOT_BOUND,
             f"{authority.target} assessed another frame than the candidate",
         )
-    if assessment_id_of(outcome) != outcome.assessment_id:
+    if outcome_id != outcome.assessment_id:
         return Rejection(
             R.CONTRACT_OUTCOME_ID_INVALID,
             f"{authority.target} returned an assessment whose id does not reproduce",
@@ -124,7 +131,9 @@ def proof_outcome_of(
         validate_deep(outcome)
         # The explanation is outside the identity but may be quoted in the
         # sealed outcome: it too must lie in the domain (no lone surrogate).
-        check_domain([outcome.payload(), outcome.explanation])
+        # The validators just held: the payload path applies (ADR-0007).
+        with validated_payloads():
+            check_domain([outcome.payload(), outcome.explanation])
     except (TypeError, ValueError) as exc:  # IdentityError is a ValueError
         return Rejection(R.PROOF_OUTCOME_MALFORMED, str(exc))
     if not (outcome.obligation_ref == ref and outcome.candidate_digest == candidate_digest):
@@ -140,7 +149,9 @@ def proof_outcome_of(
             R.PROOF_OUTCOME_WRONG_AUTHORITY,
             f"{label} returned an outcome signed by another authority",
         )
-    if proof_outcome_id_of(outcome) != outcome.proof_outcome_id:
+    with validated_payloads():  # validated and domain-checked above (ADR-0007)
+        outcome_id = proof_outcome_id_of(outcome)
+    if outcome_id != outcome.proof_outcome_id:
         return Rejection(
             R.PROOF_OUTCOME_ID_INVALID, f"{label} returned an outcome whose id does not reproduce"
         )
