@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,8 +42,9 @@ def _draft(directory: Path, attempts: int) -> Path:
 def _measured(*args: str | Path) -> tuple[float, float, int, int]:
     """(wall s, CPU s, peak RSS KiB, exit code) of one ``kernel`` process."""
     started = time.perf_counter()
-    process = subprocess.Popen([str(KERNEL), *map(str, args)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [str(KERNEL), *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
@@ -53,12 +56,26 @@ def _measured(*args: str | Path) -> tuple[float, float, int, int]:
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, process.returncode
 
 
-def main(argv: list[str]) -> int:
-    sizes = [int(a) for a in argv] or [1000, 4000]
-    print(f"python {sys.version.split()[0]}, nproc {os.cpu_count()}; sizes {sizes}")
-    print(f"{'attempts':>9} {'step':>7} {'wall s':>8} {'cpu s':>8} {'peak MiB':>9} "
-          f"{'cpu/attempt ms':>15} {'cpu ratio':>10}")
+@dataclass(frozen=True)
+class Step:
+    """One ``kernel`` process of the comparison: what it did and what it cost."""
+
+    attempts: int
+    step: str  # "bundle" or "replay"
+    wall_s: float
+    cpu_s: float
+    peak_rss_kib: int
+
+
+def measure(sizes: list[int], say: Callable[[str], None] = print) -> list[Step]:
+    """Bundle, then replay, each size in turn; every outcome stream is checked for N lines."""
+    say(f"python {sys.version.split()[0]}, nproc {os.cpu_count()}; sizes {sizes}")
+    say(
+        f"{'attempts':>9} {'step':>7} {'wall s':>8} {'cpu s':>8} {'peak MiB':>9} "
+        f"{'cpu/attempt ms':>15} {'cpu ratio':>10}"
+    )
     previous: dict[str, float] = {}
+    found: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="kernel-scale-") as tmp:
         directory = Path(tmp)
         for size in sizes:
@@ -73,12 +90,21 @@ def main(argv: list[str]) -> int:
                 wall, cpu, rss, _ = _measured(*args)
                 ratio = f"{cpu / previous[step]:.1f}x" if step in previous else "-"
                 previous[step] = cpu
-                print(f"{size:>9} {step:>7} {wall:>8.1f} {cpu:>8.1f} {rss / 1024:>9.0f} "
-                      f"{cpu / size * 1000:>15.2f} {ratio:>10}", flush=True)
+                found.append(Step(size, step, wall, cpu, rss))
+                say(
+                    f"{size:>9} {step:>7} {wall:>8.1f} {cpu:>8.1f} {rss / 1024:>9.0f} "
+                    f"{cpu / size * 1000:>15.2f} {ratio:>10}"
+                )
             lines = sum(1 for _ in outcomes.open("rb"))
-            assert lines == size, (lines, size)
+            if lines != size:  # the run did not replay end to end: no figure stands
+                raise SystemExit(f"kernel replay wrote {lines} outcome lines for {size} attempts")
             for path in (draft, bundle, outcomes):
                 path.unlink()
+    return found
+
+
+def main(argv: list[str]) -> int:
+    measure([int(a) for a in argv] or [1000, 4000], say=lambda line: print(line, flush=True))
     return 0
 
 
