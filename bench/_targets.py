@@ -21,8 +21,9 @@ Each target is measured by the module that owns it, through its entry point:
    process (whole-process CPU against two ``in-toto-run`` steps, and the
    in-process CPU beyond the launches), read from its printed lines;
 6. parallel checks: ``bench._parallel.compare`` (200 real certifications;
-   serial, a process pool and a local Dask cluster of 2 workers every round,
-   1 and 4 workers in the first round for the curve);
+   serial, a process pool and a local Dask cluster of 2 workers, 2 rounds;
+   the 1/2/4-worker curve is ``make bench-parallel``, 3 full rounds, because
+   one round of all seven variants takes 4-6 minutes on the loaded machine);
 7. start-up: ``bench._startup`` (``kernel --version`` against ``python -c pass``).
 
 A ratio is always formed within one round (or one run, for the CPU of a
@@ -78,8 +79,8 @@ class Settings:
     sizes: tuple[int, ...] = (1_000, 10_000, 100_000)  # 1 and 2
     external_rounds: int = 3  # 5
     attempts: int = 200  # 6
-    parallel_rounds: int = 3  # 6: serial, process x2, dask x2
-    curve_rounds: int = 1  # 6: of which also 1 and 4 workers
+    parallel_rounds: int = 2  # 6: serial, process x2, dask x2
+    curve_rounds: int = 0  # 6: of which also 1 and 4 workers (make bench-parallel: all 3)
     curve: tuple[int, ...] = (1, 2, 4)
     quick: bool = False
     only: frozenset[int] = field(default_factory=lambda: frozenset(range(1, 8)))
@@ -91,7 +92,7 @@ QUICK: Final = Settings(
     external_rounds=1,
     attempts=12,
     parallel_rounds=1,
-    curve_rounds=1,
+    curve_rounds=0,
     quick=True,
 )
 
