@@ -67,7 +67,7 @@ class Row:
     met: bool | None  # None: not measured (see notes)
     command: str
     notes: tuple[str, ...] = ()
-    load: str = ""  # load average (1, 5, 15 min) when the row was finished
+    load: str = ""  # 1-minute load average when the target's measurement began-ended
     seconds: float = 0.0  # wall time this target's measurement took
 
 
@@ -328,16 +328,13 @@ def parallel(settings: Settings, say: Callable[[str], None]) -> list[Row]:
             _row(6, dask, ">= 1.5", None, False, "void", (why,)),
         ]
     serial = statistics.median(found.times[SERIAL[0]])
-    curve = "; ".join(
-        f"{kind} "
-        + " / ".join(
-            f"{statistics.median(found.ratios[f'{kind} x{n}']):.2f}x"
-            for n in settings.curve
-            if found.ratios.get(f"{kind} x{n}")
-        )
-        + f" for {' / '.join(str(n) for n in settings.curve)} workers"
-        for kind in ("process", "dask")
-    )
+
+    def curve_of(kind: str) -> str:
+        counts = [n for n in settings.curve if found.ratios.get(f"{kind} x{n}")]
+        medians = " / ".join(f"{found.median_ratio(f'{kind} x{n}'):.2f}x" for n in counts)
+        return f"{kind} {medians} for {' / '.join(map(str, counts))} workers"
+
+    curve = "; ".join(curve_of(kind) for kind in ("process", "dask"))
     notes = (
         f"serial median {serial:.1f} s ({serial / found.attempts * 1000:.0f} ms per check); "
         f"{found.task_bytes:,} bytes pickled per task",
@@ -418,6 +415,7 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> list[Row]:
         if not numbers & settings.only:
             continue
         started = time.perf_counter()
+        before = os.getloadavg()[0]
         say(
             f"target {', '.join(map(str, sorted(numbers)))}: {measure_target.__name__} "
             f"(load average {load_average()})"
@@ -431,11 +429,11 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> list[Row]:
                 )
             ]
         elapsed = time.perf_counter() - started
-        load = load_average()
+        load = f"{before:.1f}-{os.getloadavg()[0]:.1f}"
         for row in found:
             if row.number in settings.only:
                 rows.append(replace(row, load=load, seconds=elapsed))
-        say(f"  done in {elapsed:.0f} s (load average {load})")
+        say(f"  done in {elapsed:.0f} s (load average {load_average()})")
     return sorted(rows, key=lambda r: r.number)
 
 
@@ -456,7 +454,7 @@ def table(rows: Sequence[Row]) -> Iterator[str]:
 
 def markdown(rows: Sequence[Row], at: str) -> Iterator[str]:
     """The rows of BENCHMARKS.md's "Issue 10 targets" table."""
-    yield "| target | bound | measured | met | command | commit | load average (1/5/15 min) |"
+    yield "| target | bound | measured | met | command | commit | load (1 min, start-end) |"
     yield "|---|---|---|---|---|---|---|"
     for r in rows:
         yield (
