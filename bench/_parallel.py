@@ -1,6 +1,9 @@
 """Parallel checks that pay (issue 10, deliverable 6): serial against executors.
 
-``python -m bench --parallel`` (``make bench-parallel``). What is measured:
+``python -m bench --parallel`` (``make bench-parallel``: 3 full rounds of 1, 2
+and 4 workers) and ``python -m bench --targets --only 6`` (part of ``make
+bench``: 2 rounds of serial, pool x2 and Dask x2), both through ``compare``.
+What is measured:
 
 - the workload is the kernel's real certification path: ``replay_requests``
   over a search run of N attempts (default 200) of the shipped e2e scenario
@@ -9,12 +12,13 @@
   real ``ExternalCertifier`` through the real external protocol
   (``run_check``: pins, sealed copies, user+PID namespace containment,
   receipt validation), with a pinned stand-in pair (``parallel_pair/``:
-  stdlib producer and checker doing a fixed amount of hashing instead of
-  z3 and cvc5) so that one check costs tens of milliseconds, not 0.6 s;
+  stdlib producer and checker, by default no work beyond the protocol's
+  files; ``compare(work=N)`` adds N x 64 KiB of hashing) instead of z3 and cvc5,
+  which cost about 1.6 s per check under load;
 - variants, interleaved per round with the order rotated: inline (serial),
-  a process pool of 1, 2 and 4 workers, a Dask ``LocalCluster`` of 1, 2 and
-  4 workers; each timing includes opening and closing the executor (a
-  user's ``kernel run`` pays that too);
+  a process pool and a Dask ``LocalCluster`` of each worker count; each
+  timing includes opening and closing the executor (a user's ``kernel run``
+  pays that too); ``distributed`` itself is imported once before any timing;
 - every variant's outcome bytes (JSON Lines) are compared with the serial
   bytes, every round; a difference aborts the benchmark.
 
