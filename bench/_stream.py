@@ -87,8 +87,14 @@ class Step:
     peak_rss_kib: int
 
 
-def measure(sizes: list[int], say: Callable[[str], None] = print) -> list[Step]:
-    """Bundle, then replay, each size in turn; every outcome stream is checked for N lines."""
+def measure(sizes: list[int], say: Callable[[str], None] = print, *, again: int = 0) -> list[Step]:
+    """Bundle, then replay, each size in turn; every outcome stream is checked for N lines.
+
+    ``again``: replay every size but the largest that many more times, after
+    the largest, so a ratio can take the median of samples taken before and
+    after it (one 10 s sample swings by 15% with the load; the 100k replay
+    is too long to repeat).
+    """
     say(f"python {sys.version.split()[0]}, nproc {os.cpu_count()}; sizes {sizes}")
     say(
         f"{'attempts':>9} {'step':>7} {'wall s':>8} {'cpu s':>8} {'peak MiB':>9} "
@@ -96,30 +102,40 @@ def measure(sizes: list[int], say: Callable[[str], None] = print) -> list[Step]:
     )
     previous: dict[str, float] = {}
     found: list[Step] = []
+
+    def replay(size: int, bundle: Path, outcomes: Path, step: str) -> None:
+        timed(size, step, ("replay", bundle, "--quiet", "--out", outcomes))
+        lines = sum(1 for _ in outcomes.open("rb"))
+        outcomes.unlink()
+        if lines != size:  # the run did not replay end to end: no figure stands
+            raise SystemExit(f"kernel replay wrote {lines} outcome lines for {size} attempts")
+
+    def timed(size: int, step: str, args: tuple[str | Path, ...]) -> None:
+        wall, cpu, rss, _ = _measured(*args)
+        kind = step.split()[0]
+        ratio = f"{cpu / previous[kind]:.1f}x" if kind in previous and step == kind else "-"
+        if step == kind:
+            previous[kind] = cpu
+        found.append(Step(size, kind, wall, cpu, rss))
+        say(
+            f"{size:>9} {step:>7} {wall:>8.1f} {cpu:>8.1f} {rss / 1024:>9.0f} "
+            f"{cpu / size * 1000:>15.2f} {ratio:>10}"
+        )
+
     with tempfile.TemporaryDirectory(prefix="kernel-scale-") as tmp:
         directory = Path(tmp)
+        bundles: dict[int, Path] = {}
         for size in sizes:
             draft = _draft(directory, size)
             bundle = directory / f"bundle-{size}.jsonl"
-            outcomes = directory / f"outcomes-{size}.jsonl"
-            steps = {
-                "bundle": ("bundle", draft, "--layout", "stream", "--out", bundle),
-                "replay": ("replay", bundle, "--quiet", "--out", outcomes),
-            }
-            for step, args in steps.items():
-                wall, cpu, rss, _ = _measured(*args)
-                ratio = f"{cpu / previous[step]:.1f}x" if step in previous else "-"
-                previous[step] = cpu
-                found.append(Step(size, step, wall, cpu, rss))
-                say(
-                    f"{size:>9} {step:>7} {wall:>8.1f} {cpu:>8.1f} {rss / 1024:>9.0f} "
-                    f"{cpu / size * 1000:>15.2f} {ratio:>10}"
-                )
-            lines = sum(1 for _ in outcomes.open("rb"))
-            if lines != size:  # the run did not replay end to end: no figure stands
-                raise SystemExit(f"kernel replay wrote {lines} outcome lines for {size} attempts")
-            for path in (draft, bundle, outcomes):
-                path.unlink()
+            timed(size, "bundle", ("bundle", draft, "--layout", "stream", "--out", bundle))
+            draft.unlink()
+            replay(size, bundle, directory / f"outcomes-{size}.jsonl", "replay")
+            bundles[size] = bundle
+        for round_index in range(again):
+            for size in sizes[:-1]:
+                out = directory / f"outcomes-{size}.jsonl"
+                replay(size, bundles[size], out, f"replay #{round_index + 2}")
     return found
 
 
