@@ -1,12 +1,14 @@
 """``python -m bench``: run every comparison interleaved and print a table of ratios.
 
-    python -m bench                  # the full run recorded in BENCHMARKS.md
-    python -m bench --rounds 7       # a quick look
-    python -m bench --markdown       # also print the tables as Markdown
-    python -m bench --scale 1000 10000 100000   # only: CPU of replay batches by size
-    python -m bench --scale 10000 100000 --frozen   # the same, bundle frozen from the GC
-    python -m bench --drat           # the DRAT checker against dratify (bench/_drat.py)
-    python -m bench --parallel       # serial against process pools and Dask (bench/_parallel.py)
+python -m bench --targets        # make bench: issue 10's seven targets, one table (~15 min)
+python -m bench --targets --only 6 --json out.json   # some of them, machine-readable too
+python -m bench                  # the detailed groups a-g (make bench-groups)
+python -m bench --rounds 7       # a quick look
+python -m bench --markdown       # also print the tables as Markdown
+python -m bench --scale 1000 10000 100000   # only: CPU of replay batches by size
+python -m bench --scale 10000 100000 --frozen   # the same, bundle frozen from the GC
+python -m bench --drat           # the DRAT checker against dratify (bench/_drat.py)
+python -m bench --parallel       # serial against process pools and Dask (bench/_parallel.py)
 """
 
 from __future__ import annotations
@@ -18,20 +20,14 @@ import statistics
 import sys
 import time
 from importlib.metadata import version
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from bench._canonical import comparisons as canonical_comparisons
-from bench._cases import comparisons, load_corpus
-from bench._external import report as external_report
-from bench._harness import Ratio, measure
-from bench._replay_split import comparison as split_comparison
-from bench._replay_split import hash_floor, scaling
-from bench._replay_split import summary as split_summary
-from bench._startup import comparisons as startup_comparisons
-from bench._validate import census
-from bench._validate import comparison as validate_comparison
+# Only the standard library at module level: a spawned pool or Dask worker of
+# ``--parallel``/``--targets`` imports this module as ``__mp_main__``, and
+# must not pay for rich and every comparison module before its first task.
+if TYPE_CHECKING:
+    from bench._harness import Ratio
 
 
 def _us(values: tuple[float, ...]) -> str:
@@ -87,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     parser.add_argument("--drat", action="store_true", help="run only the DRAT comparison")
     parser.add_argument(
-        "--scale", type=int, nargs="+", metavar="N",
+        "--scale",
+        type=int,
+        nargs="+",
+        metavar="N",
         help="only measure CPU of replay batches of these sizes (linear: T ratio = size ratio)",
     )
     parser.add_argument(
@@ -98,14 +97,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--attempts", type=int, default=200, help="--parallel: attempts")
     parser.add_argument(
+        "--targets", action="store_true", help="issue 10's seven targets, one summary table"
+    )
+    parser.add_argument(
+        "--only", default="1,2,3,4,5,6,7", help="--targets: which (default 1,2,3,4,5,6,7)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="--targets: small sizes (wiring check, not targets)"
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="--targets: also write JSON")
+    parser.add_argument(
         "--workers", default="1,2,4", help="--parallel: worker counts (default 1,2,4)"
     )
     args = parser.parse_args(argv)
+    if args.targets:
+        from bench._targets import QUICK, Settings
+        from bench._targets import main as targets_main
+
+        base = QUICK if args.quick else Settings()
+        only = frozenset(int(n) for n in args.only.split(","))
+        settings = Settings(**{**base.__dict__, "only": only})
+        return targets_main(settings, json_path=args.json, as_markdown=args.markdown)
     if args.drat:
         from bench._drat import main as drat_main
 
         return drat_main(rounds=args.rounds if args.rounds != 81 else 5)
     if args.scale:
+        from bench._replay_split import scaling
+
         for line in scaling(tuple(args.scale), frozen=args.frozen):
             print(line)
         return 0
@@ -119,14 +138,32 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (quartiles need them)")
+    return groups(args.rounds, args.target_ms, markdown=args.markdown)
+
+
+def groups(rounds: int, target_ms: float, *, markdown: bool) -> int:
+    """The detailed comparisons (groups a-g) and the external check report."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bench._canonical import comparisons as canonical_comparisons
+    from bench._cases import comparisons, load_corpus
+    from bench._external import report as external_report
+    from bench._harness import measure
+    from bench._replay_split import comparison as split_comparison
+    from bench._replay_split import hash_floor
+    from bench._replay_split import summary as split_summary
+    from bench._startup import comparisons as startup_comparisons
+    from bench._validate import census
+    from bench._validate import comparison as validate_comparison
 
     console = Console() if sys.stdout.isatty() else Console(width=170)
     started = time.perf_counter()
     facts = (
         f"python {platform.python_version()} ({platform.python_implementation()}), "
         f"{platform.system()} {platform.machine()}, nproc {os.cpu_count()}, "
-        f"orjson {version('orjson')}, rounds {args.rounds}, "
-        f"~{args.target_ms:g} ms per variant per round"
+        f"orjson {version('orjson')}, rounds {rounds}, "
+        f"~{target_ms:g} ms per variant per round"
     )
     console.print(f"[bold]replay-kernel benchmarks[/bold]: {facts}")
     corpus = load_corpus()
@@ -148,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     split: dict[str, float] = {}
     for item in work:
         console.print(f"  measuring {item.group}: {item.case} ...", style="dim")
-        ratios = measure(item, rounds=args.rounds, target_s=args.target_ms / 1000)
+        ratios = measure(item, rounds=rounds, target_s=target_ms / 1000)
         if item.group.startswith("d:"):
             shares.extend(ratios)
         if item.group.startswith("e:"):
@@ -183,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print("[bold]e: replay split[/bold]")
     for line in split_lines:
         console.print(f"  {line}")
-    if args.markdown:
+    if markdown:
         print()
         print(f"Machine: {facts}")
         print()
@@ -191,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for line in (*census_lines, *split_lines):
             print(f"- {line}")
-    external_report(console, rounds=max(3, min(args.rounds, 7)))  # bench/_external.py
+    external_report(console, rounds=max(3, min(rounds, 7)))  # bench/_external.py
     console.print(f"done in {time.perf_counter() - started:.0f} s", style="dim")
     return 0
 

@@ -1,6 +1,9 @@
 """Parallel checks that pay (issue 10, deliverable 6): serial against executors.
 
-``python -m bench --parallel`` (``make bench-parallel``). What is measured:
+``python -m bench --parallel`` (``make bench-parallel``: 3 full rounds of 1, 2
+and 4 workers) and ``python -m bench --targets --only 6`` (part of ``make
+bench``: 2 rounds of serial, pool x2 and Dask x2), both through ``compare``.
+What is measured:
 
 - the workload is the kernel's real certification path: ``replay_requests``
   over a search run of N attempts (default 200) of the shipped e2e scenario
@@ -9,12 +12,13 @@
   real ``ExternalCertifier`` through the real external protocol
   (``run_check``: pins, sealed copies, user+PID namespace containment,
   receipt validation), with a pinned stand-in pair (``parallel_pair/``:
-  stdlib producer and checker doing a fixed amount of hashing instead of
-  z3 and cvc5) so that one check costs tens of milliseconds, not 0.6 s;
+  stdlib producer and checker, by default no work beyond the protocol's
+  files; ``compare(work=N)`` adds N x 64 KiB of hashing) instead of z3 and cvc5,
+  which cost about 1.6 s per check under load;
 - variants, interleaved per round with the order rotated: inline (serial),
-  a process pool of 1, 2 and 4 workers, a Dask ``LocalCluster`` of 1, 2 and
-  4 workers; each timing includes opening and closing the executor (a
-  user's ``kernel run`` pays that too);
+  a process pool and a Dask ``LocalCluster`` of each worker count; each
+  timing includes opening and closing the executor (a user's ``kernel run``
+  pays that too); ``distributed`` itself is imported once before any timing;
 - every variant's outcome bytes (JSON Lines) are compared with the serial
   bytes, every round; a difference aborts the benchmark.
 
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -84,7 +89,12 @@ def pair_entry(work_rounds: int) -> CheckEntry:
         evidence_artifacts=(f"{CERTIFY_OBLIGATION}.smt2", "z3-answer.txt"),
         producer=Command(
             argv=(
-                "{{python}}", "-I", "-S", str(PAIR / "producer.py"), "--work", rounds,
+                "{{python}}",
+                "-I",
+                "-S",
+                str(PAIR / "producer.py"),
+                "--work",
+                rounds,
                 "{{request}}",
             ),
             executable=_pin(python),
@@ -93,8 +103,14 @@ def pair_entry(work_rounds: int) -> CheckEntry:
         ),
         checker=Command(
             argv=(
-                "{{python}}", "-I", "-S", str(PAIR / "checker.py"), "--work", rounds,
-                "{{request}}", "{{receipt}}",
+                "{{python}}",
+                "-I",
+                "-S",
+                str(PAIR / "checker.py"),
+                "--work",
+                rounds,
+                "{{request}}",
+                "{{receipt}}",
             ),
             executable=_pin(python),
             dependencies=(_pin(PAIR / "checker.py"),),
@@ -112,8 +128,11 @@ def search_run(attempts: int) -> tuple[ReplayRequest, ...]:
         sys.path.remove(str(ROOT / "examples"))
     drafts = (scenario.CANDIDATES[0],) * attempts
     chain = build_chain(
-        scenario.ORIGINAL, assess(scenario.ORIGINAL), drafts,
-        operator_set_id="arithmetic.repair_ops", operator_set_version="v1",
+        scenario.ORIGINAL,
+        assess(scenario.ORIGINAL),
+        drafts,
+        operator_set_id="arithmetic.repair_ops",
+        operator_set_version="v1",
     )
     inputs = tuple(build_replay_input(chain, i, CERTIFIED_MANIFEST) for i in range(attempts))
     return requests_from_bundle(ReplayBundle(chain, inputs))
@@ -144,6 +163,8 @@ def variants(workers: tuple[int, ...]) -> list[tuple[str, ExecutorSpec]]:
         for kind in (ExecutorKind.PROCESS, ExecutorKind.DASK)
         for count in workers
     ]
+
+
 SERIAL: Final = ("serial (inline)", ExecutorSpec(ExecutorKind.INLINE))
 
 
@@ -159,14 +180,59 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def main(*, attempts: int = 200, rounds: int = 3, work: int = 0,
-         workers: tuple[int, ...] = (1, 2, 4), say: Callable[[str], None] = print) -> int:
-    """Run the comparison and print a Markdown table; 1 if any variant's bytes differ."""
+@dataclass(frozen=True)
+class Comparison:
+    """Wall seconds per variant and round, serial / variant per round, load averages."""
+
+    attempts: int
+    times: dict[str, list[float]]
+    ratios: dict[str, list[float]]
+    loads: list[str]
+    task_bytes: int  # one evidence task as pickled for a worker (provider + state)
+
+    def median_ratio(self, name: str) -> float:
+        return statistics.median(self.ratios[name])
+
+
+def task_size(requests: tuple[ReplayRequest, ...], entry: CheckEntry) -> int:
+    """Bytes pickled per evidence task: the provider and one contract-closed state."""
+    import pickle
+
+    from kernel.replay import ContractClosed, begin_attempt, facts_for
+
+    state = begin_attempt(requests[0], CERTIFIED_MANIFEST, facts=facts_for(requests[0], None))
+    assert isinstance(state, ContractClosed)
+    return len(pickle.dumps((certifier(Path("/nonexistent"), entry), state)))
+
+
+def compare(
+    *,
+    attempts: int = 200,
+    rounds: int = 3,
+    work: int = 0,
+    workers: tuple[int, ...] = (1, 2, 4),
+    curve_rounds: int | None = None,
+    focus: int = 2,
+    say: Callable[[str], None] = print,
+) -> Comparison | None:
+    """Run the interleaved rounds; ``None`` if any variant's outcome bytes differ (void).
+
+    Every variant runs in the first ``curve_rounds`` rounds (default: all);
+    after those, only the serial run and the ``focus``-worker variants (the
+    targets), so a quick run still has a whole curve and several target rounds.
+    """
     requests = search_run(attempts)
     entry = pair_entry(work)
     chosen = variants(workers)
-    say(f"parallel checks: {attempts} attempts, {rounds} rounds, work {work}, "
-        f"nproc {os.cpu_count()}, python {sys.version.split()[0]}, load average {_load()}")
+    curve = rounds if curve_rounds is None else curve_rounds
+    if any(spec.kind is ExecutorKind.DASK for _, spec in chosen):
+        # Imported once before any timing, so the first Dask variant does not pay
+        # the driver's import of distributed (1-2 s) that the later ones skip.
+        import distributed  # noqa: F401
+    say(
+        f"parallel checks: {attempts} attempts, {rounds} rounds (curve {curve}), work {work}, "
+        f"nproc {os.cpu_count()}, python {sys.version.split()[0]}, load average {_load()}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-parallel-") as scratch_dir:
         scratch = Path(scratch_dir)
         expected: bytes | None = None
@@ -174,7 +240,14 @@ def main(*, attempts: int = 200, rounds: int = 3, work: int = 0,
         ratios: dict[str, list[float]] = {name: [] for name, _ in chosen}
         loads: list[str] = []
         for round_index in range(rounds):
-            order = [SERIAL, *chosen]
+            order = [
+                SERIAL,
+                *(
+                    (name, spec)
+                    for name, spec in chosen
+                    if round_index < curve or spec.workers == focus
+                ),
+            ]
             shift = round_index % len(order)
             order = order[shift:] + order[:shift]  # rotate: nobody always goes first
             this_round: dict[str, float] = {}
@@ -184,26 +257,48 @@ def main(*, attempts: int = 200, rounds: int = 3, work: int = 0,
                     expected = data
                 if data != expected:
                     say(f"{name}: outcome bytes differ from the first run: benchmark void")
-                    return 1
+                    return None
                 this_round[name] = elapsed
                 times[name].append(elapsed)
-                say(f"  round {round_index + 1}: {name}: {elapsed:.2f} s "
-                    f"({elapsed / attempts * 1000:.0f} ms/attempt), load {_load()}")
+                say(
+                    f"  round {round_index + 1}: {name}: {elapsed:.2f} s "
+                    f"({elapsed / attempts * 1000:.0f} ms/attempt), load {_load()}"
+                )
             loads.append(_load())
-            for name, _ in chosen:
-                ratios[name].append(this_round[SERIAL[0]] / this_round[name])
-    serial = statistics.median(times[SERIAL[0]])
+            for name in this_round:
+                if name != SERIAL[0]:
+                    ratios[name].append(this_round[SERIAL[0]] / this_round[name])
+    return Comparison(attempts, times, ratios, loads, task_size(requests, entry))
+
+
+def main(
+    *,
+    attempts: int = 200,
+    rounds: int = 3,
+    work: int = 0,
+    workers: tuple[int, ...] = (1, 2, 4),
+    say: Callable[[str], None] = print,
+) -> int:
+    """Run the comparison and print a Markdown table; 1 if any variant's bytes differ."""
+    found = compare(attempts=attempts, rounds=rounds, work=work, workers=workers, say=say)
+    if found is None:
+        return 1
+    serial = statistics.median(found.times[SERIAL[0]])
     say("")
-    say(f"serial: median {serial:.1f} s for {attempts} attempts "
-        f"({serial / attempts * 1000:.0f} ms per check, all in one process)")
-    say(f"load average after each round: {'; '.join(loads)}")
+    say(
+        f"serial: median {serial:.1f} s for {attempts} attempts "
+        f"({serial / attempts * 1000:.0f} ms per check, all in one process); "
+        f"{found.task_bytes:,} bytes pickled per task"
+    )
+    say(f"load average after each round: {'; '.join(found.loads)}")
     say("")
     say("| variant | median s | serial / variant (median) | IQR | min-max |")
     say("|---|---|---|---|---|")
-    for name, _ in chosen:
-        values = ratios[name]
+    for name, values in found.ratios.items():
         q1, q3 = _quartiles(values)
-        say(f"| {name} | {statistics.median(times[name]):.1f} | "
+        say(
+            f"| {name} | {statistics.median(found.times[name]):.1f} | "
             f"**{statistics.median(values):.2f}x** | {q1:.2f}-{q3:.2f} | "
-            f"{min(values):.2f}-{max(values):.2f} |")
+            f"{min(values):.2f}-{max(values):.2f} |"
+        )
     return 0

@@ -26,11 +26,11 @@ def _process(*argv: str) -> Variant:
     command = [str(a) for a in argv]
 
     def run() -> None:
-        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       check=True)
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
 
-    label = " ".join(["kernel", *command[1:]] if command[0] == str(KERNEL) else ["python",
-                                                                              *command[1:]])
+    label = " ".join(
+        ["kernel", *command[1:]] if command[0] == str(KERNEL) else ["python", *command[1:]]
+    )
     return Variant(label, run)
 
 
@@ -46,9 +46,11 @@ def comparisons() -> tuple[Comparison, ...]:
 def main() -> int:
     for item in comparisons():
         (ratio,) = measure(item, rounds=21, target_s=0.04)
-        print(f"{item.case:>16}: {ratio.median:.2f}x a bare interpreter "
-              f"(kernel {statistics.median(ratio.baseline_us) / 1000:.1f} ms, "
-              f"bare {statistics.median(ratio.variant_us) / 1000:.1f} ms)")
+        print(
+            f"{item.case:>16}: {ratio.median:.2f}x a bare interpreter "
+            f"(kernel {statistics.median(ratio.baseline_us) / 1000:.1f} ms, "
+            f"bare {statistics.median(ratio.variant_us) / 1000:.1f} ms)"
+        )
     return 0
 
 

@@ -17,60 +17,178 @@ imports it. See ``adr/0006-orchestrator-and-main-job.md``.
 - ``ExternalCertifier``: evidence for ``arithmetic.target_certified`` from
   the pinned z3 -> cvc5 pair (``discover_tools``, ``certification_entry``),
   sealed by the verification adapter in an independent session.
+
+Names are imported lazily (PEP 562 ``__getattr__``): ``from kernel.orchestrate
+import ExternalCertifier`` loads the certifier and what it needs, not the
+audit or attestation modules (and their cryptography). A spawned pool worker
+or a Dask worker unpickling a task imports only ``_driver`` and the provider's
+own module, which keeps worker start-up and ``kernel run`` start-up small
+(issue 10, items 6 and 7).
 """
 
-from kernel.orchestrate._attest import (
-    ATTESTATION_FILE,
-    PAYLOAD_TYPE,
-    PREDICATE_TYPE,
-    STATEMENT_TYPE,
-    AttestationError,
-    attest_run,
-    generate_key_pair,
-    key_id,
-    load_private_key,
-    load_public_key,
-    pae,
-    verify_attestation,
-)
-from kernel.orchestrate._audit import (
-    AuditCode,
-    AuditFinding,
-    AuditInputError,
-    AuditReport,
-    RunLayout,
-    StoredCertifications,
-    audit_run,
-    detect_layout,
-    report_document,
-)
-from kernel.orchestrate._certifier import (
-    CERTIFICATION_RECORD,
-    RUN_ID,
-    ExternalCertifier,
-    author_session,
-    backend_output,
-    producer_session,
-)
-from kernel.orchestrate._driver import gather_safely, replay_bundle, replay_requests
-from kernel.orchestrate._executors import (
-    MAX_WORKERS,
-    ExecutorKind,
-    ExecutorSpec,
-    check_executor_spec,
-    open_executor,
-)
-from kernel.orchestrate._provider import EvidenceProvider, NoEvidence
-from kernel.orchestrate._tools import (
-    BACKENDS_DIR,
-    CERTIFY_CHECK_ID,
-    CERTIFY_OBLIGATION,
-    CERTIFY_SPECIFICATION,
-    CertifierTools,
-    certification_entry,
-    discover_tools,
-)
-from kernel.orchestrate.errors import CertifierSetupError, ExecutorSetupError, OrchestrateError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on first use
+    from kernel.orchestrate._attest import (
+        ATTESTATION_FILE,
+        PAYLOAD_TYPE,
+        PREDICATE_TYPE,
+        STATEMENT_TYPE,
+        AttestationError,
+        attest_run,
+        generate_key_pair,
+        key_id,
+        load_private_key,
+        load_public_key,
+        pae,
+        verify_attestation,
+    )
+    from kernel.orchestrate._audit import (
+        AuditCode,
+        AuditFinding,
+        AuditInputError,
+        AuditReport,
+        RunLayout,
+        StoredCertifications,
+        audit_run,
+        detect_layout,
+        report_document,
+    )
+    from kernel.orchestrate._certifier import (
+        CERTIFICATION_RECORD,
+        RUN_ID,
+        ExternalCertifier,
+        author_session,
+        backend_output,
+        producer_session,
+    )
+    from kernel.orchestrate._driver import gather_safely, replay_bundle, replay_requests
+    from kernel.orchestrate._executors import (
+        MAX_WORKERS,
+        ExecutorKind,
+        ExecutorSpec,
+        check_executor_spec,
+        open_executor,
+    )
+    from kernel.orchestrate._provider import EvidenceProvider, NoEvidence
+    from kernel.orchestrate._tools import (
+        BACKENDS_DIR,
+        CERTIFY_CHECK_ID,
+        CERTIFY_OBLIGATION,
+        CERTIFY_SPECIFICATION,
+        CertifierTools,
+        certification_entry,
+        discover_tools,
+    )
+    from kernel.orchestrate.errors import CertifierSetupError, ExecutorSetupError, OrchestrateError
+
+# name -> the submodule that defines it
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "ATTESTATION_FILE",
+            "AttestationError",
+            "PAYLOAD_TYPE",
+            "PREDICATE_TYPE",
+            "STATEMENT_TYPE",
+            "attest_run",
+            "generate_key_pair",
+            "key_id",
+            "load_private_key",
+            "load_public_key",
+            "pae",
+            "verify_attestation",
+        ),
+        "kernel.orchestrate._attest",
+    ),
+    **dict.fromkeys(
+        (
+            "AuditCode",
+            "AuditFinding",
+            "AuditInputError",
+            "AuditReport",
+            "RunLayout",
+            "StoredCertifications",
+            "audit_run",
+            "detect_layout",
+            "report_document",
+        ),
+        "kernel.orchestrate._audit",
+    ),
+    **dict.fromkeys(
+        (
+            "CERTIFICATION_RECORD",
+            "ExternalCertifier",
+            "RUN_ID",
+            "author_session",
+            "backend_output",
+            "producer_session",
+        ),
+        "kernel.orchestrate._certifier",
+    ),
+    **dict.fromkeys(
+        (
+            "gather_safely",
+            "replay_bundle",
+            "replay_requests",
+        ),
+        "kernel.orchestrate._driver",
+    ),
+    **dict.fromkeys(
+        (
+            "ExecutorKind",
+            "ExecutorSpec",
+            "MAX_WORKERS",
+            "check_executor_spec",
+            "open_executor",
+        ),
+        "kernel.orchestrate._executors",
+    ),
+    **dict.fromkeys(
+        (
+            "EvidenceProvider",
+            "NoEvidence",
+        ),
+        "kernel.orchestrate._provider",
+    ),
+    **dict.fromkeys(
+        (
+            "BACKENDS_DIR",
+            "CERTIFY_CHECK_ID",
+            "CERTIFY_OBLIGATION",
+            "CERTIFY_SPECIFICATION",
+            "CertifierTools",
+            "certification_entry",
+            "discover_tools",
+        ),
+        "kernel.orchestrate._tools",
+    ),
+    **dict.fromkeys(
+        (
+            "CertifierSetupError",
+            "ExecutorSetupError",
+            "OrchestrateError",
+        ),
+        "kernel.orchestrate.errors",
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "ATTESTATION_FILE",

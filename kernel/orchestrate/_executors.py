@@ -16,7 +16,9 @@ Theory of operation (ARCHITECTURE.md "Scale"; ADR-0006; ADR-0008):
 - ``dask``: ``Client(scheduler)`` when an address is given (a plain TCP
   probe first, bounded by ``connect_seconds``), else a
   ``distributed.LocalCluster`` of ``workers`` single-threaded worker
-  processes started here on loopback, without a dashboard, and closed with
+  processes started here on loopback, without a dashboard or the workers'
+  statistical profiler (it only feeds the dashboard and costs CPU on a
+  loaded machine), and closed with
   a short grace period (its nannies then terminate the workers); the
   executor is ``client.get_executor(pure=False)`` (``pure=False``: every
   attempt runs, none is answered from a cache of earlier identical tasks).
@@ -252,7 +254,7 @@ def _is_child(pid: int) -> bool:
 @contextlib.contextmanager
 def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError as exc:
         raise ExecutorSetupError(
             "executor_unavailable",
@@ -262,17 +264,8 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
         if spec.scheduler is None:
             assert spec.workers is not None
             try:
-                cluster = LocalCluster(  # type: ignore[no-untyped-call]
-                    n_workers=spec.workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    host="127.0.0.1",  # the local scheduler listens on loopback only
-                    dashboard_address=None,
-                    # no dashboard; its bare HTTP server on any free loopback port, not 8787
-                    scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-                    # Lost workers and failed tasks become per-attempt notes.
-                    silence_logs=logging.CRITICAL,
-                )
+                with _local_worker_config():
+                    cluster = _local_cluster(spec.workers)
             except Exception as exc:
                 raise ExecutorSetupError(
                     "cluster_start_failed", f"{type(exc).__name__}: {exc}"
@@ -298,3 +291,34 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
             executor.shutdown(wait=False)  # cancels what has not finished
             raise
         executor.shutdown(wait=True)
+
+
+def _local_worker_config() -> contextlib.AbstractContextManager[object]:
+    """Dask settings for the workers of a local cluster (each nanny keeps a copy).
+
+    The statistical profiler is off: it wakes a thread in every worker every
+    10 ms to walk every thread's stack, for a dashboard that is never served
+    here. On two shared cores that thread competes with the checks; with it
+    off, 60 certifications on 2 workers took a median 14.4 s instead of 18.6 s
+    (four interleaved pairs at load average 9; BENCHMARKS.md, issue 10 item 6).
+    A cluster given by address keeps its own workers' settings.
+    """
+    import dask.config
+
+    return dask.config.set({"distributed.worker.profile.enabled": False})
+
+
+def _local_cluster(workers: int) -> Any:
+    from distributed import LocalCluster
+
+    return LocalCluster(  # type: ignore[no-untyped-call]
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",  # the local scheduler listens on loopback only
+        dashboard_address=None,
+        # no dashboard; its bare HTTP server on any free loopback port, not 8787
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+        # Lost workers and failed tasks become per-attempt notes.
+        silence_logs=logging.CRITICAL,
+    )
