@@ -37,13 +37,22 @@ from kernel.replay import (
     ReplayRequest,
     dispose,
     refuse_malformed_attempt,
+    replay_attempt,
     replay_bundle_attempts,
     replay_contract,
     replay_proofs,
     requests_from_bundle,
     seal_proof_outcome,
 )
-from kernel.upstream import build_chain
+from kernel.upstream import (
+    SearchChain,
+    build_chain,
+    build_reconstruction,
+    seal_assessment,
+    seal_budget,
+    seal_gate,
+    seal_run,
+)
 from tests.replay_fixtures import (
     CLOSING,
     CONTRACT_REFUSING,
@@ -128,6 +137,63 @@ def _forged_sibling(request: ReplayRequest) -> ReplayRequest:
     forged = attrs.evolve(siblings[1], attempt_id="e" * 64)
     return attrs.evolve(
         request, run=attrs.evolve(request.run, candidate_attempts=(siblings[0], forged))
+    )
+
+
+def _gate_refusing_search() -> ReplayRequest:
+    """A whole chain, sealed with the public sealers, whose gate did not permit search."""
+    chain = toy_chain(CLOSING)
+    gate = seal_gate(
+        chain.assessment,
+        chain.residuals,
+        gate_policy_version=chain.gate.gate_policy_version,
+        search_permitted=False,
+    )
+    budget = seal_budget(
+        gate, budget_policy_version=chain.budget.budget_policy_version, max_attempts=1
+    )
+    run_input = attrs.evolve(
+        chain.run.run_input, gate_decision_id=gate.gate_decision_id, budget_id=budget.budget_id
+    )
+    sealed = seal_run(
+        run_input,
+        [
+            (a.candidate_digest, a.operator_id, a.operator_version)
+            for a in chain.run.candidate_attempts
+        ],
+        run_policy_version=chain.run.run_policy_version,
+    )
+    assert ref.gate_decision_id(gate) == gate.gate_decision_id  # the chain is genuine
+    assert ref.run_id(sealed) == sealed.run_id
+    reconstructions = tuple(
+        build_reconstruction(sealed, attempt, chain.problem_frame, CLOSING)
+        for attempt in sealed.candidate_attempts
+    )
+    whole = SearchChain(
+        chain.problem_frame, chain.assessment, chain.residuals, gate, budget, sealed,
+        reconstructions,
+    )
+    return request_for(whole, toy_manifest(CallLog()))
+
+
+def _runnable_original() -> ReplayRequest:
+    """A whole chain for an original assessment that did not refuse (runnable)."""
+    assessment = seal_assessment(
+        problem_frame_digest=ref.frame_digest(ORIGINAL),
+        candidate_organ="toy",
+        runnable=True,
+        missing_bindings=[],
+        unresolved_hazards=[],
+        evidence_spans=ORIGINAL.evidence_spans,
+        explanation="runnable",
+    )
+    assert ref.assessment_id(assessment) == assessment.assessment_id
+    return request_for(
+        build_chain(
+            ORIGINAL, assessment, [_draft(CLOSING)],
+            operator_set_id="toy.ops", operator_set_version="v1",
+        ),
+        toy_manifest(CallLog()),
     )
 
 
@@ -295,6 +361,15 @@ CASES: dict[str, tuple[Callable[[], object], str]] = {
             toy_manifest(CallLog()),
         ),
         f"{IDENTITY}: run_exceeds_budget: the run holds more attempts than its budget granted",
+    ),
+    "gate_refused_search": (
+        _gate_refusing_search,
+        f"{IDENTITY}: gate_did_not_permit_search: the gate decision did not permit search",
+    ),
+    "original_runnable": (
+        _runnable_original,
+        f"{IDENTITY}: original_assessment_not_refused: "
+        "the original assessment is runnable, so there is nothing to replay",
     ),
     "organ": (
         lambda: reseal_input(valid_request(), candidate_organ="other"),
@@ -567,6 +642,19 @@ def test_contract_target_and_obligation_refusals_are_explained() -> None:
     assert explanation(target) == (
         f"{CONTRACT_UNAVAILABLE}: contract_target_not_allowlisted: "
         "target 'toy.contract@v0' is not the allowlisted 'toy.contract@v1' for organ 'toy'"
+    )
+    toy = toy_manifest(CallLog())
+    no_contract = AuthorityManifest(
+        manifest_version=toy.manifest_version,
+        contract_authorities={},
+        proof_policies=toy.proof_policies,
+        proof_authorities=toy.proof_authorities,
+    )
+    missing = replay_attempt(valid_request(), no_contract)
+    assert isinstance(missing, ReplayAdapterRefusal)
+    assert missing.explanation == (
+        f"{CONTRACT_UNAVAILABLE}: contract_authority_missing: "
+        "no contract authority is allowlisted for organ 'toy'"
     )
     swapped = reseal_input(valid_request(), proof_obligation_refs=("toy.p2", "toy.p1"))
     assert explanation(swapped) == (
