@@ -783,3 +783,116 @@ def test_a_transition_called_with_the_wrong_state_is_misuse(step: Any, needs: st
     with pytest.raises(ReplayMisuseError) as raised:
         step("state")
     assert str(raised.value) == f"{step.__name__} needs {needs}, got str"
+
+
+# --- contract refusals in the authority's words; records altered behind attrs' back ----
+
+
+def _assessing(**fields: Any) -> Callable[[Any], Any]:
+    """A contract authority sealing ``fields`` about the very frame it is shown."""
+
+    def assess(frame: Any) -> Any:
+        return seal_assessment(
+            problem_frame_digest=ref.frame_digest(frame), candidate_organ="toy", **fields
+        )
+
+    return assess
+
+
+def _constructor_says(build: Callable[[], object]) -> str:
+    """What a record's own constructor says about a value (the oracle for deep checks)."""
+    with pytest.raises((TypeError, ValueError)) as raised:
+        build()
+    return str(raised.value)
+
+
+def test_a_contract_refusal_lists_every_blocker_in_order_and_no_empty_sentence() -> None:
+    blockers = _assessing(runnable=False, missing_bindings=["a", "b"], unresolved_hazards=["h"])
+    result = _result_of(valid_request(), contract=blockers)
+    assert result.reason_codes == ("missing_binding:a", "missing_binding:b", "hazard:h")
+    assert result.explanation == (
+        "contract_refused by toy.contract@v1: missing_binding:a, missing_binding:b, hazard:h"
+    )
+    bare = _result_of(valid_request(), contract=_assessing(runnable=False, explanation="why"))
+    assert bare.replay_disposition is D.CONTRACT_REFUSED
+    assert bare.reason_codes == ()
+    assert bare.explanation == "contract_refused by toy.contract@v1: no reason given. why"
+
+
+def test_a_runnable_verdict_listing_blockers_is_the_authority_failing() -> None:
+    outcome = run(valid_request(), contract=_assessing(runnable=True, unresolved_hazards=["h"]))
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == (
+        f"{CONTRACT_UNAVAILABLE}: contract_outcome_inconsistent: "
+        "toy.contract@v1 called the candidate runnable while listing blockers"
+    )
+
+
+def test_a_contract_authority_returning_text_is_named_by_its_type() -> None:
+    outcome = run(valid_request(), contract=lambda frame: "runnable")
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == (
+        f"{CONTRACT_UNAVAILABLE}: contract_outcome_malformed: "
+        "toy.contract@v1 returned str, not a ContractAssessment"
+    )
+
+
+def test_outcomes_altered_behind_attrs_back_are_refused_with_the_records_own_words() -> None:
+    def altered_assessment(frame: Any) -> Any:
+        assessment = toy_assessment(frame)
+        object.__setattr__(assessment, "candidate_organ", 5)  # past the frozen record
+        return assessment
+
+    says = _constructor_says(lambda: attrs.evolve(toy_assessment(CLOSING), candidate_organ=5))  # type: ignore[arg-type]  # the defect
+    outcome = run(valid_request(), contract=altered_assessment)
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == f"{CONTRACT_UNAVAILABLE}: contract_outcome_malformed: {says}"
+
+    def altered_proof(ctx: ProofContext) -> ProofOutcome:
+        proof = _sealed_proof(ctx)
+        object.__setattr__(proof, "reason_codes", ["refuted"])
+        return proof
+
+    def rebuilt() -> object:
+        ctx = ProofContext("toy.p1", "a" * 64, CLOSING, toy_assessment(CLOSING))
+        return attrs.evolve(_sealed_proof(ctx), reason_codes=["refuted"])  # type: ignore[arg-type]  # the defect
+
+    says = _constructor_says(rebuilt)
+    outcome = run(valid_request(), proofs={"toy.p1": altered_proof})
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == f"{PROOF_UNAVAILABLE}: proof_outcome_malformed: {says}"
+
+
+def _evidence(ref_: str) -> ProofEvidence:
+    return ProofEvidence(ref_, "text/plain", b"receipt")
+
+
+def test_gathered_evidence_is_refused_unless_well_typed_and_declared() -> None:
+    manifest = toy_manifest(CallLog())
+    malformed = f"{PROOF_UNAVAILABLE}: proof_evidence_malformed: "
+    for not_a_sequence in ("receipt", b"receipt", _evidence("toy.p1"), [b"receipt"]):
+        outcome = replay_attempt(valid_request(), manifest, evidence=not_a_sequence)  # type: ignore[arg-type]  # the defect
+        assert isinstance(outcome, ReplayAdapterRefusal)
+        assert outcome.explanation == malformed + "evidence must be a sequence of ProofEvidence"
+    altered = _evidence("toy.p1")
+    object.__setattr__(altered, "document", "receipt")  # past the frozen record
+    says = _constructor_says(lambda: attrs.evolve(_evidence("toy.p1"), document="receipt"))  # type: ignore[arg-type]  # the defect
+    outcome = replay_attempt(valid_request(), manifest, evidence=[_evidence("toy.p2"), altered])
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == malformed + says
+    stray = [_evidence("toy.p9"), _evidence("toy.p1"), _evidence("toy.p0")]
+    outcome = replay_attempt(valid_request(), manifest, evidence=stray)
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == (
+        f"{PROOF_UNAVAILABLE}: proof_evidence_unexpected: "
+        "evidence names undeclared obligations ['toy.p0', 'toy.p9']"
+    )
+
+
+def test_a_proof_outcome_sealed_without_an_explanation_has_none() -> None:
+    ctx = ProofContext("toy.p1", "a" * 64, CLOSING, toy_assessment(CLOSING))
+    outcome = seal_proof_outcome(
+        context=ctx, authority_id="toy.p1", authority_version="v1", status=ProofStatus.CLOSED
+    )
+    assert outcome.explanation == ""
+    assert outcome.proof_outcome_id == ref.proof_outcome_id(outcome)
