@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import pytest
 
+from kernel.frames import Binding, FrameDelta, SourceSpan
 from kernel.replay import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
     AuthorityManifest,
@@ -197,6 +198,52 @@ def _runnable_original() -> ReplayRequest:
     )
 
 
+def _spans_unlike_the_frame() -> ReplayRequest:
+    """A chain sealed around a reconstruction whose spans are not its frame's."""
+    chain = toy_chain(CLOSING)
+    rec = chain.reconstructions[0]
+    rec = attrs.evolve(rec, evidence_spans=rec.evidence_spans[:2])
+    digest = ref.candidate_digest(rec)
+    attempt = chain.run.candidate_attempts[0]
+    sealed = seal_run(
+        chain.run.run_input,
+        [(digest, attempt.operator_id, attempt.operator_version)],
+        run_policy_version=chain.run.run_policy_version,
+    )
+    rec = attrs.evolve(
+        rec,
+        candidate_digest=digest,
+        run_id=sealed.run_id,
+        attempt_id=sealed.candidate_attempts[0].attempt_id,
+    )
+    rec = attrs.evolve(rec, candidate_reconstruction_digest=ref.reconstruction_digest(rec))
+    return request_for(
+        attrs.evolve(chain, run=sealed, reconstructions=(rec,)), toy_manifest(CallLog())
+    )
+
+
+def _delta_request() -> ReplayRequest:
+    """The closing candidate supplied as a delta of the original frame."""
+    delta = FrameDelta(
+        ref.frame_digest(ORIGINAL),
+        (),
+        (Binding("total", 7, "fruit", SourceSpan(0, 3)),),
+        (),
+        (),
+        (),
+        (),
+        ORIGINAL.evidence_spans,
+    )
+    chain = build_chain(
+        ORIGINAL,
+        toy_assessment(ORIGINAL),
+        [_draft(delta)],
+        operator_set_id="toy.ops",
+        operator_set_version="v1",
+    )
+    return request_for(chain, toy_manifest(CallLog()))
+
+
 INVALID = D.INVALID_REPLAY_INPUT.value
 POLICY = D.UNSUPPORTED_REPLAY_POLICY.value
 SCHEMA = D.UNSUPPORTED_SCHEMA_VERSION.value
@@ -300,6 +347,25 @@ CASES: dict[str, tuple[Callable[[], object], str]] = {
             attrs.evolve(CLOSING, source_text=CLOSING.source_text + " And 9 plums.")
         ),
         f"{IDENTITY}: candidate_source_text_altered: the candidate alters the source text",
+    ),
+    "frame_delta_digest": (
+        lambda: _rec(frame_delta_digest="b" * 64)(_delta_request()),
+        f"{IDENTITY}: frame_delta_digest_mismatch: frame_delta_digest does not reproduce",
+    ),
+    "reconstruction_other_attempt": (
+        lambda: _resealed_rec(attempt_id="e" * 64)(valid_request()),
+        f"{IDENTITY}: reconstruction_not_for_attempt: "
+        "the reconstruction names another run or attempt",
+    ),
+    "reconstruction_other_run": (
+        lambda: _resealed_rec(run_id="e" * 64)(valid_request()),
+        f"{IDENTITY}: reconstruction_not_for_attempt: "
+        "the reconstruction names another run or attempt",
+    ),
+    "evidence_spans": (
+        _spans_unlike_the_frame,
+        f"{IDENTITY}: evidence_spans_mismatch: "
+        "reconstruction spans differ from the candidate frame's (order and duplicates count)",
     ),
     "candidate_digest": (
         lambda: _rec(candidate_digest="d" * 64)(valid_request()),
