@@ -19,6 +19,7 @@ import attrs
 import pytest
 
 from kernel.frames import Binding, FrameDelta, SourceSpan
+from kernel.identity import MAX_INT_DIGITS
 from kernel.replay import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
     AuthorityManifest,
@@ -39,6 +40,7 @@ from kernel.replay import (
     dispose,
     refuse_malformed_attempt,
     replay_attempt,
+    replay_attempts,
     replay_bundle_attempts,
     replay_contract,
     replay_proofs,
@@ -962,3 +964,85 @@ def test_a_proof_outcome_sealed_without_an_explanation_has_none() -> None:
     )
     assert outcome.explanation == ""
     assert outcome.proof_outcome_id == ref.proof_outcome_id(outcome)
+
+
+# --- records altered behind attrs' back, alone and in a batch sharing them --------------
+
+
+def _altered(record: Any, **fields: Any) -> Any:
+    """A copy of ``record`` with ``fields`` set past its validators (``object.__setattr__``)."""
+    copy = attrs.evolve(record)
+    for name, value in fields.items():
+        object.__setattr__(copy, name, value)
+    return copy
+
+
+TOO_LARGE = 10**MAX_INT_DIGITS  # one digit more than the identity domain allows
+
+
+def _altered_requests() -> dict[str, tuple[Callable[[ReplayRequest], ReplayRequest], str]]:
+    r = valid_request()
+    run_says = _constructor_says(lambda: attrs.evolve(r.run, run_policy_version=5))  # type: ignore[arg-type]  # the defect
+    frame_says = _constructor_says(lambda: attrs.evolve(r.problem_frame, source_text=5))  # type: ignore[arg-type]  # the defect
+    lone = len(r.problem_frame.source_text) - 1
+    return {
+        "run_invalid": (
+            lambda q: attrs.evolve(q, run=_altered(q.run, run_policy_version=5)),
+            f"{INVALID}: record_structure_invalid: {run_says}",
+        ),
+        "run_not_canonical": (
+            lambda q: attrs.evolve(
+                q,
+                run=_altered(
+                    q.run,
+                    candidate_attempts=tuple(
+                        _altered(a, attempt_index=TOO_LARGE) for a in q.run.candidate_attempts
+                    ),
+                ),
+            ),
+            f"{INVALID}: record_not_canonical: integer_too_large at "
+            f"$.candidate_attempts[0].attempt_index: integer has more than {MAX_INT_DIGITS} digits",
+        ),
+        "frame_invalid": (
+            lambda q: attrs.evolve(q, problem_frame=_altered(q.problem_frame, source_text=5)),
+            f"{INVALID}: record_structure_invalid: {frame_says}",
+        ),
+        "frame_not_canonical": (
+            lambda q: attrs.evolve(
+                q,
+                problem_frame=_altered(
+                    q.problem_frame, source_text=q.problem_frame.source_text[:lone] + "\udcff"
+                ),
+            ),
+            f"{INVALID}: record_not_canonical: lone_surrogate at $.source_text: "
+            f"string contains a lone surrogate at index {lone}",
+        ),
+        "budget_not_canonical": (
+            lambda q: attrs.evolve(q, budget=_altered(q.budget, max_attempts=TOO_LARGE)),
+            f"{INVALID}: record_not_canonical: integer_too_large at $.max_attempts: "
+            f"integer has more than {MAX_INT_DIGITS} digits",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_altered_requests()))
+def test_a_record_altered_behind_attrs_back_is_refused_with_what_is_wrong(case: str) -> None:
+    alter, expected = _altered_requests()[case]
+    assert explanation(alter(valid_request())) == expected
+    # A batch examines the run and the records its requests share once, then
+    # refuses every attempt with the same words.
+    manifest = toy_manifest(CallLog())
+    shared = requests_from_bundle(bundle_for(toy_chain(CLOSING, CLOSING), manifest))
+    first = alter(shared[0])
+    batch = [first] + [
+        attrs.evolve(
+            q,
+            run=first.run,
+            problem_frame=first.problem_frame,
+            budget=first.budget,
+        )
+        for q in shared[1:]
+    ]
+    outcomes = list(replay_attempts(batch, manifest))
+    assert [o.explanation for o in outcomes] == [expected] * len(batch)
+    assert all(isinstance(o, ReplayAdapterRefusal) for o in outcomes)
