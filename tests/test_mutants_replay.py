@@ -246,6 +246,20 @@ def _delta_request() -> ReplayRequest:
     return request_for(chain, toy_manifest(CallLog()))
 
 
+def _run_input_digest_forged(request: ReplayRequest) -> ReplayRequest:
+    """The run resealed (its id recomputed) around an input_digest that is not its input's."""
+    forged = attrs.evolve(request.run, input_digest="a" * 64)
+    forged = attrs.evolve(forged, run_id=ref.run_id(forged))
+    return reseal_input(attrs.evolve(request, run=forged), run_id=forged.run_id)
+
+
+def _delta_not_applying(request: ReplayRequest) -> ReplayRequest:
+    """A delta that removes a binding the original does not have, its digest resealed."""
+    assert request.reconstruction.frame_delta is not None
+    bad = attrs.evolve(request.reconstruction.frame_delta, removed_bindings=("ghost",))
+    return _rec(frame_delta=bad, frame_delta_digest=ref.delta_digest(bad))(request)
+
+
 INVALID = D.INVALID_REPLAY_INPUT.value
 POLICY = D.UNSUPPORTED_REPLAY_POLICY.value
 SCHEMA = D.UNSUPPORTED_SCHEMA_VERSION.value
@@ -368,6 +382,31 @@ CASES: dict[str, tuple[Callable[[], object], str]] = {
         _spans_unlike_the_frame,
         f"{IDENTITY}: evidence_spans_mismatch: "
         "reconstruction spans differ from the candidate frame's (order and duplicates count)",
+    ),
+    "run_input_digest": (
+        lambda: _run_input_digest_forged(valid_request()),
+        f"{IDENTITY}: run_input_digest_mismatch: "
+        "the run's input_digest does not reproduce from its input",
+    ),
+    "run_policy_differs": (
+        lambda: reseal_input(
+            _upstream(run_policy_version="geometric_search_run.v9"),
+            run_policy_version="geometric_search_run.v1",
+        ),
+        f"{IDENTITY}: run_policy_version_mismatch: run_policy_version differs from the run's",
+    ),
+    "index_one_past_the_end": (
+        lambda: reseal_input(valid_request(), attempt_index=1),
+        f"{IDENTITY}: attempt_index_out_of_range: attempt_index 1 is outside the run's 1 attempts",
+    ),
+    "candidate_content": (
+        lambda: _rec(candidate_bindings=())(valid_request()),
+        f"{IDENTITY}: candidate_content_mismatch: "
+        "candidate bindings/relations/targets differ from the reconstructed frame",
+    ),
+    "delta_not_applying": (
+        lambda: _delta_not_applying(_delta_request()),
+        f"{IDENTITY}: frame_delta_does_not_reconstruct: delta removes unknown binding 'ghost'",
     ),
     "candidate_digest": (
         lambda: _rec(candidate_digest="d" * 64)(valid_request()),
