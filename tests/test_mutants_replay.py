@@ -76,9 +76,18 @@ D = ReplayDisposition
 IDENTITY = D.CANDIDATE_IDENTITY_MISMATCH.value
 
 
+def stated_index(request: object) -> int | None:
+    """The attempt index a request states, if it states one a refusal can repeat."""
+    replay_input = getattr(request, "replay_input", None)
+    index = getattr(replay_input, "attempt_index", None)
+    return index if type(index) is int and index >= 0 else None
+
+
 def explanation(request: object) -> str:
     outcome = run(request)
     assert isinstance(outcome, ReplayAdapterRefusal), outcome
+    # Even a refused attempt says which attempt it was, when the input says so.
+    assert outcome.attempt_index == stated_index(request)
     assert outcome.replay_refusal_id == ref.refusal_id(outcome)
     assert outcome.replay_policy_version == CONTRACT_PROOF_REPLAY_POLICY_VERSION
     disposition, code, _ = outcome.explanation.split(": ", 2)
@@ -738,8 +747,20 @@ AUTHORITY_CASES: dict[str, tuple[dict[str, Any], str]] = {
 @pytest.mark.parametrize("case", sorted(AUTHORITY_CASES))
 def test_each_misbehaving_authority_is_explained(case: str) -> None:
     manifest, expected = AUTHORITY_CASES[case]
-    outcome = run(valid_request(), **manifest)
+    request = valid_request(CLOSING, CLOSING, index=1)
+    outcome = run(request, **manifest)
     assert isinstance(outcome, ReplayAdapterRefusal)
+    # Validated before any authority ran: every identity of the input is reported.
+    bound = request.replay_input
+    assert (outcome.attempt_index, outcome.input_digest, outcome.run_id) == (
+        1,
+        bound.input_digest,
+        bound.run_id,
+    )
+    assert (outcome.attempt_id, outcome.candidate_digest) == (
+        bound.attempt_id,
+        bound.candidate_digest,
+    )
     assert outcome.replay_refusal_id == ref.refusal_id(outcome)
     assert outcome.explanation == expected
 
@@ -1084,4 +1105,15 @@ def test_a_record_altered_behind_attrs_back_is_refused_with_what_is_wrong(case: 
     ]
     outcomes = list(replay_attempts(batch, manifest))
     assert [o.explanation for o in outcomes] == [expected] * len(batch)
-    assert all(isinstance(o, ReplayAdapterRefusal) for o in outcomes)
+    refusals = [o for o in outcomes if isinstance(o, ReplayAdapterRefusal)]
+    assert [o.attempt_index for o in refusals] == list(range(len(batch)))
+
+
+def test_a_record_broken_across_fields_behind_attrs_back_is_refused_by_its_invariant() -> None:
+    # Each field is valid alone; the record's cross-field invariant (exactly one
+    # of candidate frame and delta) is what refuses it.
+    request = valid_request()
+    delta = _delta_request().reconstruction.frame_delta
+    says = _constructor_says(lambda: attrs.evolve(request.reconstruction, frame_delta=delta))
+    both = attrs.evolve(request, reconstruction=_altered(request.reconstruction, frame_delta=delta))
+    assert explanation(both) == f"{INVALID}: record_structure_invalid: {says}"
