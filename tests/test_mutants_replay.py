@@ -37,7 +37,9 @@ from kernel.replay import (
     ReplayDisposition,
     ReplayMisuseError,
     ReplayRequest,
+    RunFacts,
     dispose,
+    examine_run,
     refuse_malformed_attempt,
     replay_attempt,
     replay_attempts,
@@ -1117,3 +1119,20 @@ def test_a_record_broken_across_fields_behind_attrs_back_is_refused_by_its_invar
     says = _constructor_says(lambda: attrs.evolve(request.reconstruction, frame_delta=delta))
     both = attrs.evolve(request, reconstruction=_altered(request.reconstruction, frame_delta=delta))
     assert explanation(both) == f"{INVALID}: record_structure_invalid: {says}"
+
+
+def test_forged_or_foreign_run_facts_never_change_an_outcome() -> None:
+    # Facts spare the O(run) examination of a batch; only facts examine_run built
+    # for this very run object may be used, so a forgery costs time, never a verdict.
+    request = _forged_sibling(valid_request(CLOSING, CLOSING))
+    manifest = toy_manifest(CallLog())
+    alone = replay_attempt(request, manifest)
+    assert alone.explanation == (
+        f"{IDENTITY}: run_attempts_inconsistent: "
+        "an attempt of the run does not reproduce its id, position, run or input"
+    )
+    forged = RunFacts(request.run, None, None, request.run.run_id, True)
+    foreign = examine_run(valid_request(CLOSING, CLOSING).run)
+    genuine = examine_run(request.run)
+    for facts in (forged, foreign, genuine):
+        assert replay_attempt(request, manifest, facts=facts) == alone
