@@ -1079,6 +1079,13 @@ def _altered_requests() -> dict[str, tuple[Callable[[ReplayRequest], ReplayReque
             f"{INVALID}: record_not_canonical: lone_surrogate at $.source_text: "
             f"string contains a lone surrogate at index {lone}",
         ),
+        "residuals_not_canonical": (
+            lambda q: attrs.evolve(
+                q, residuals=tuple(_altered(x, ordinal=TOO_LARGE) for x in q.residuals)
+            ),
+            f"{INVALID}: record_not_canonical: integer_too_large at $.ordinal: "
+            f"integer has more than {MAX_INT_DIGITS} digits",
+        ),
         "budget_not_canonical": (
             lambda q: attrs.evolve(q, budget=_altered(q.budget, max_attempts=TOO_LARGE)),
             f"{INVALID}: record_not_canonical: integer_too_large at $.max_attempts: "
@@ -1102,6 +1109,7 @@ def test_a_record_altered_behind_attrs_back_is_refused_with_what_is_wrong(case: 
             run=first.run,
             problem_frame=first.problem_frame,
             budget=first.budget,
+            residuals=first.residuals,
         )
         for q in shared[1:]
     ]
@@ -1136,3 +1144,41 @@ def test_forged_or_foreign_run_facts_never_change_an_outcome() -> None:
     genuine = examine_run(request.run)
     for facts in (forged, foreign, genuine):
         assert replay_attempt(request, manifest, facts=facts) == alone
+
+
+def _too_large(binding: Any) -> Any:
+    return _altered(binding, value=TOO_LARGE)
+
+
+def test_a_reconstruction_outside_the_identity_domain_is_refused_where_it_is() -> None:
+    # Each part the reconstruction digests is checked: its own payload, the
+    # candidate frame it carries, the delta it carries.
+    request = valid_request()
+    rec = request.reconstruction
+    too_large = f"integer has more than {MAX_INT_DIGITS} digits"
+    bindings = (_too_large(rec.candidate_bindings[0]), *rec.candidate_bindings[1:])
+    own = attrs.evolve(request, reconstruction=_altered(rec, candidate_bindings=bindings))
+    assert explanation(own) == (
+        f"{INVALID}: record_not_canonical: integer_too_large at "
+        f"$.candidate.bindings[0].value: {too_large}"
+    )
+    frame = rec.candidate_problem_frame
+    assert frame is not None
+    lone = len(frame.source_text) - 1
+    surrogate = _altered(frame, source_text=frame.source_text[:lone] + "\udcff")
+    carried = attrs.evolve(
+        request, reconstruction=_altered(rec, candidate_problem_frame=surrogate)
+    )
+    assert explanation(carried) == (
+        f"{INVALID}: record_not_canonical: lone_surrogate at $.source_text: "
+        f"string contains a lone surrogate at index {lone}"
+    )
+    by_delta = _delta_request()
+    delta = by_delta.reconstruction.frame_delta
+    assert delta is not None
+    added = (_too_large(delta.added_bindings[0]), *delta.added_bindings[1:])
+    altered = _altered(by_delta.reconstruction, frame_delta=_altered(delta, added_bindings=added))
+    assert explanation(attrs.evolve(by_delta, reconstruction=altered)) == (
+        f"{INVALID}: record_not_canonical: integer_too_large at "
+        f"$.added_bindings[0].value: {too_large}"
+    )
