@@ -108,9 +108,9 @@ def _row(name: str, counts: Counter[str]) -> str:
     killed = counts["killed"] + counts["timeout"]
     raw = killed / n if n else 0.0
     judged = n - counts["equivalent"]
-    excluding = killed / judged if judged else 0.0
+    excluding = f"{killed / judged:.1%}" if judged else "n/a (all equivalent)"
     cells = " | ".join(str(counts[c]) for c in COLUMNS)
-    return f"| {name} | {cells} | {n} | {raw:.1%} | {excluding:.1%} |"
+    return f"| {name} | {cells} | {n} | {raw:.1%} | {excluding} |"
 
 
 if __name__ == "__main__":
