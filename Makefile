@@ -141,7 +141,7 @@ scale: $(STAMP)  ## kernel bundle + kernel replay on bundle streams of SCALE_SIZ
 # would test old code. MUTATE_CHILDREN bounds the parallel test processes.
 MUTATE_CHILDREN ?= 2
 .PHONY: mutate
-mutate: $(STAMP)  ## mutation testing with mutmut (figures in RELIABILITY.md; ~1 h on 2 cores)
+mutate: $(STAMP)  ## mutation testing with mutmut (figures in RELIABILITY.md; ~25 min on 2 shared cores)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[mutate]'
 	rm -rf mutants
 	$(BIN)/mutmut run --max-children $(MUTATE_CHILDREN)

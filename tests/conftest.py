@@ -1,4 +1,12 @@
-"""Hypothesis profiles: ``ci`` (default, bounded) and ``deep`` (``make fuzz``).
+"""Hypothesis profiles: ``ci`` (default, bounded), ``deep`` (``make fuzz``) and
+``mutate`` (``make mutate``).
+
+Under mutmut (which sets ``MUTANT_UNDER_TEST`` in every process it runs tests
+in) the default is ``mutate``: a property runs a few fixed examples, so one
+mutant costs a fraction of a second rather than the full ``ci`` search, and
+the figures of a run do not depend on a random seed. The mutants the
+properties alone would catch are few; the exact-message tests of
+``tests/test_mutants_*.py`` do the killing. ``HYPOTHESIS_PROFILE`` overrides.
 
 The shared fixtures of ``tests/support/fixtures.py`` are registered here, for
 every module (a module opts in with ``pytest.mark.usefixtures``).
@@ -28,4 +36,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
     print_blob=True,
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+settings.register_profile(
+    "mutate",
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=False,
+)
+_DEFAULT_PROFILE = "mutate" if "MUTANT_UNDER_TEST" in os.environ else "ci"
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _DEFAULT_PROFILE))

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from kernel.external import RECEIPT_FIELDS, Reason, ReceiptExpectation, Verdict, validate_receipt
+from kernel.external import (
+    RECEIPT_FIELDS,
+    Reason,
+    ReceiptCheck,
+    ReceiptExpectation,
+    Verdict,
+    validate_receipt,
+)
 
 IDENTITY: dict[str, Any] = {"checker": {"sha256": "e" * 64}, "producer": {"name": "z3"}}
 EXPECTED = ReceiptExpectation(
@@ -305,3 +312,17 @@ def test_unparsable_receipts_name_the_parser_code(
     assert message and "\n" not in detail
     if code is not None:
         assert head == code
+
+
+@pytest.mark.parametrize(
+    ("verdict", "reason"),
+    [(None, None), (Verdict.ACCEPTED, Reason.RECEIPT_MALFORMED)],
+)
+def test_a_receipt_check_carries_exactly_one_of_verdict_and_reason(
+    verdict: Verdict | None, reason: Reason | None
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        ReceiptCheck(verdict, reason, "detail")
+    assert str(raised.value) == "exactly one of verdict and reason is set"
+    assert ReceiptCheck(Verdict.REJECTED, None, "d").verdict is Verdict.REJECTED
+    assert ReceiptCheck(None, Reason.RECEIPT_MALFORMED, "d").reason is Reason.RECEIPT_MALFORMED

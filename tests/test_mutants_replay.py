@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 import pytest
 
+from kernel.frames import Binding, FrameDelta, SourceSpan
+from kernel.identity import MAX_INT_DIGITS
 from kernel.replay import (
     CONTRACT_PROOF_REPLAY_POLICY_VERSION,
     AuthorityManifest,
@@ -35,15 +37,27 @@ from kernel.replay import (
     ReplayDisposition,
     ReplayMisuseError,
     ReplayRequest,
+    RunFacts,
     dispose,
+    examine_run,
     refuse_malformed_attempt,
+    replay_attempt,
+    replay_attempts,
     replay_bundle_attempts,
     replay_contract,
     replay_proofs,
     requests_from_bundle,
     seal_proof_outcome,
 )
-from kernel.upstream import build_chain
+from kernel.upstream import (
+    SearchChain,
+    build_chain,
+    build_reconstruction,
+    seal_assessment,
+    seal_budget,
+    seal_gate,
+    seal_run,
+)
 from tests.replay_fixtures import (
     CLOSING,
     CONTRACT_REFUSING,
@@ -64,9 +78,18 @@ D = ReplayDisposition
 IDENTITY = D.CANDIDATE_IDENTITY_MISMATCH.value
 
 
+def stated_index(request: object) -> int | None:
+    """The attempt index a request states, if it states one a refusal can repeat."""
+    replay_input = getattr(request, "replay_input", None)
+    index = getattr(replay_input, "attempt_index", None)
+    return index if type(index) is int and index >= 0 else None
+
+
 def explanation(request: object) -> str:
     outcome = run(request)
     assert isinstance(outcome, ReplayAdapterRefusal), outcome
+    # Even a refused attempt says which attempt it was, when the input says so.
+    assert outcome.attempt_index == stated_index(request)
     assert outcome.replay_refusal_id == ref.refusal_id(outcome)
     assert outcome.replay_policy_version == CONTRACT_PROOF_REPLAY_POLICY_VERSION
     disposition, code, _ = outcome.explanation.split(": ", 2)
@@ -129,6 +152,123 @@ def _forged_sibling(request: ReplayRequest) -> ReplayRequest:
     return attrs.evolve(
         request, run=attrs.evolve(request.run, candidate_attempts=(siblings[0], forged))
     )
+
+
+def _gate_refusing_search() -> ReplayRequest:
+    """A whole chain, sealed with the public sealers, whose gate did not permit search."""
+    chain = toy_chain(CLOSING)
+    gate = seal_gate(
+        chain.assessment,
+        chain.residuals,
+        gate_policy_version=chain.gate.gate_policy_version,
+        search_permitted=False,
+    )
+    budget = seal_budget(
+        gate, budget_policy_version=chain.budget.budget_policy_version, max_attempts=1
+    )
+    run_input = attrs.evolve(
+        chain.run.run_input, gate_decision_id=gate.gate_decision_id, budget_id=budget.budget_id
+    )
+    sealed = seal_run(
+        run_input,
+        [
+            (a.candidate_digest, a.operator_id, a.operator_version)
+            for a in chain.run.candidate_attempts
+        ],
+        run_policy_version=chain.run.run_policy_version,
+    )
+    assert ref.gate_decision_id(gate) == gate.gate_decision_id  # the chain is genuine
+    assert ref.run_id(sealed) == sealed.run_id
+    reconstructions = tuple(
+        build_reconstruction(sealed, attempt, chain.problem_frame, CLOSING)
+        for attempt in sealed.candidate_attempts
+    )
+    whole = SearchChain(
+        chain.problem_frame, chain.assessment, chain.residuals, gate, budget, sealed,
+        reconstructions,
+    )
+    return request_for(whole, toy_manifest(CallLog()))
+
+
+def _runnable_original() -> ReplayRequest:
+    """A whole chain for an original assessment that did not refuse (runnable)."""
+    assessment = seal_assessment(
+        problem_frame_digest=ref.frame_digest(ORIGINAL),
+        candidate_organ="toy",
+        runnable=True,
+        missing_bindings=[],
+        unresolved_hazards=[],
+        evidence_spans=ORIGINAL.evidence_spans,
+        explanation="runnable",
+    )
+    assert ref.assessment_id(assessment) == assessment.assessment_id
+    return request_for(
+        build_chain(
+            ORIGINAL, assessment, [_draft(CLOSING)],
+            operator_set_id="toy.ops", operator_set_version="v1",
+        ),
+        toy_manifest(CallLog()),
+    )
+
+
+def _spans_unlike_the_frame() -> ReplayRequest:
+    """A chain sealed around a reconstruction whose spans are not its frame's."""
+    chain = toy_chain(CLOSING)
+    rec = chain.reconstructions[0]
+    rec = attrs.evolve(rec, evidence_spans=rec.evidence_spans[:2])
+    digest = ref.candidate_digest(rec)
+    attempt = chain.run.candidate_attempts[0]
+    sealed = seal_run(
+        chain.run.run_input,
+        [(digest, attempt.operator_id, attempt.operator_version)],
+        run_policy_version=chain.run.run_policy_version,
+    )
+    rec = attrs.evolve(
+        rec,
+        candidate_digest=digest,
+        run_id=sealed.run_id,
+        attempt_id=sealed.candidate_attempts[0].attempt_id,
+    )
+    rec = attrs.evolve(rec, candidate_reconstruction_digest=ref.reconstruction_digest(rec))
+    return request_for(
+        attrs.evolve(chain, run=sealed, reconstructions=(rec,)), toy_manifest(CallLog())
+    )
+
+
+def _delta_request() -> ReplayRequest:
+    """The closing candidate supplied as a delta of the original frame."""
+    delta = FrameDelta(
+        ref.frame_digest(ORIGINAL),
+        (),
+        (Binding("total", 7, "fruit", SourceSpan(0, 3)),),
+        (),
+        (),
+        (),
+        (),
+        ORIGINAL.evidence_spans,
+    )
+    chain = build_chain(
+        ORIGINAL,
+        toy_assessment(ORIGINAL),
+        [_draft(delta)],
+        operator_set_id="toy.ops",
+        operator_set_version="v1",
+    )
+    return request_for(chain, toy_manifest(CallLog()))
+
+
+def _run_input_digest_forged(request: ReplayRequest) -> ReplayRequest:
+    """The run resealed (its id recomputed) around an input_digest that is not its input's."""
+    forged = attrs.evolve(request.run, input_digest="a" * 64)
+    forged = attrs.evolve(forged, run_id=ref.run_id(forged))
+    return reseal_input(attrs.evolve(request, run=forged), run_id=forged.run_id)
+
+
+def _delta_not_applying(request: ReplayRequest) -> ReplayRequest:
+    """A delta that removes a binding the original does not have, its digest resealed."""
+    assert request.reconstruction.frame_delta is not None
+    bad = attrs.evolve(request.reconstruction.frame_delta, removed_bindings=("ghost",))
+    return _rec(frame_delta=bad, frame_delta_digest=ref.delta_digest(bad))(request)
 
 
 INVALID = D.INVALID_REPLAY_INPUT.value
@@ -235,6 +375,50 @@ CASES: dict[str, tuple[Callable[[], object], str]] = {
         ),
         f"{IDENTITY}: candidate_source_text_altered: the candidate alters the source text",
     ),
+    "frame_delta_digest": (
+        lambda: _rec(frame_delta_digest="b" * 64)(_delta_request()),
+        f"{IDENTITY}: frame_delta_digest_mismatch: frame_delta_digest does not reproduce",
+    ),
+    "reconstruction_other_attempt": (
+        lambda: _resealed_rec(attempt_id="e" * 64)(valid_request()),
+        f"{IDENTITY}: reconstruction_not_for_attempt: "
+        "the reconstruction names another run or attempt",
+    ),
+    "reconstruction_other_run": (
+        lambda: _resealed_rec(run_id="e" * 64)(valid_request()),
+        f"{IDENTITY}: reconstruction_not_for_attempt: "
+        "the reconstruction names another run or attempt",
+    ),
+    "evidence_spans": (
+        _spans_unlike_the_frame,
+        f"{IDENTITY}: evidence_spans_mismatch: "
+        "reconstruction spans differ from the candidate frame's (order and duplicates count)",
+    ),
+    "run_input_digest": (
+        lambda: _run_input_digest_forged(valid_request()),
+        f"{IDENTITY}: run_input_digest_mismatch: "
+        "the run's input_digest does not reproduce from its input",
+    ),
+    "run_policy_differs": (
+        lambda: reseal_input(
+            _upstream(run_policy_version="geometric_search_run.v9"),
+            run_policy_version="geometric_search_run.v1",
+        ),
+        f"{IDENTITY}: run_policy_version_mismatch: run_policy_version differs from the run's",
+    ),
+    "index_one_past_the_end": (
+        lambda: reseal_input(valid_request(), attempt_index=1),
+        f"{IDENTITY}: attempt_index_out_of_range: attempt_index 1 is outside the run's 1 attempts",
+    ),
+    "candidate_content": (
+        lambda: _rec(candidate_bindings=())(valid_request()),
+        f"{IDENTITY}: candidate_content_mismatch: "
+        "candidate bindings/relations/targets differ from the reconstructed frame",
+    ),
+    "delta_not_applying": (
+        lambda: _delta_not_applying(_delta_request()),
+        f"{IDENTITY}: frame_delta_does_not_reconstruct: delta removes unknown binding 'ghost'",
+    ),
     "candidate_digest": (
         lambda: _rec(candidate_digest="d" * 64)(valid_request()),
         f"{IDENTITY}: candidate_digest_mismatch: "
@@ -295,6 +479,15 @@ CASES: dict[str, tuple[Callable[[], object], str]] = {
             toy_manifest(CallLog()),
         ),
         f"{IDENTITY}: run_exceeds_budget: the run holds more attempts than its budget granted",
+    ),
+    "gate_refused_search": (
+        _gate_refusing_search,
+        f"{IDENTITY}: gate_did_not_permit_search: the gate decision did not permit search",
+    ),
+    "original_runnable": (
+        _runnable_original,
+        f"{IDENTITY}: original_assessment_not_refused: "
+        "the original assessment is runnable, so there is nothing to replay",
     ),
     "organ": (
         lambda: reseal_input(valid_request(), candidate_organ="other"),
@@ -556,8 +749,20 @@ AUTHORITY_CASES: dict[str, tuple[dict[str, Any], str]] = {
 @pytest.mark.parametrize("case", sorted(AUTHORITY_CASES))
 def test_each_misbehaving_authority_is_explained(case: str) -> None:
     manifest, expected = AUTHORITY_CASES[case]
-    outcome = run(valid_request(), **manifest)
+    request = valid_request(CLOSING, CLOSING, index=1)
+    outcome = run(request, **manifest)
     assert isinstance(outcome, ReplayAdapterRefusal)
+    # Validated before any authority ran: every identity of the input is reported.
+    bound = request.replay_input
+    assert (outcome.attempt_index, outcome.input_digest, outcome.run_id) == (
+        1,
+        bound.input_digest,
+        bound.run_id,
+    )
+    assert (outcome.attempt_id, outcome.candidate_digest) == (
+        bound.attempt_id,
+        bound.candidate_digest,
+    )
     assert outcome.replay_refusal_id == ref.refusal_id(outcome)
     assert outcome.explanation == expected
 
@@ -567,6 +772,19 @@ def test_contract_target_and_obligation_refusals_are_explained() -> None:
     assert explanation(target) == (
         f"{CONTRACT_UNAVAILABLE}: contract_target_not_allowlisted: "
         "target 'toy.contract@v0' is not the allowlisted 'toy.contract@v1' for organ 'toy'"
+    )
+    toy = toy_manifest(CallLog())
+    no_contract = AuthorityManifest(
+        manifest_version=toy.manifest_version,
+        contract_authorities={},
+        proof_policies=toy.proof_policies,
+        proof_authorities=toy.proof_authorities,
+    )
+    missing = replay_attempt(valid_request(), no_contract)
+    assert isinstance(missing, ReplayAdapterRefusal)
+    assert missing.explanation == (
+        f"{CONTRACT_UNAVAILABLE}: contract_authority_missing: "
+        "no contract authority is allowlisted for organ 'toy'"
     )
     swapped = reseal_input(valid_request(), proof_obligation_refs=("toy.p2", "toy.p1"))
     assert explanation(swapped) == (
@@ -695,3 +913,272 @@ def test_a_transition_called_with_the_wrong_state_is_misuse(step: Any, needs: st
     with pytest.raises(ReplayMisuseError) as raised:
         step("state")
     assert str(raised.value) == f"{step.__name__} needs {needs}, got str"
+
+
+# --- contract refusals in the authority's words; records altered behind attrs' back ----
+
+
+def _assessing(**fields: Any) -> Callable[[Any], Any]:
+    """A contract authority sealing ``fields`` about the very frame it is shown."""
+
+    def assess(frame: Any) -> Any:
+        return seal_assessment(
+            problem_frame_digest=ref.frame_digest(frame), candidate_organ="toy", **fields
+        )
+
+    return assess
+
+
+def _constructor_says(build: Callable[[], object]) -> str:
+    """What a record's own constructor says about a value (the oracle for deep checks)."""
+    with pytest.raises((TypeError, ValueError)) as raised:
+        build()
+    return str(raised.value)
+
+
+def test_a_contract_refusal_lists_every_blocker_in_order_and_no_empty_sentence() -> None:
+    blockers = _assessing(runnable=False, missing_bindings=["a", "b"], unresolved_hazards=["h"])
+    result = _result_of(valid_request(), contract=blockers)
+    assert result.reason_codes == ("missing_binding:a", "missing_binding:b", "hazard:h")
+    assert result.explanation == (
+        "contract_refused by toy.contract@v1: missing_binding:a, missing_binding:b, hazard:h"
+    )
+    bare = _result_of(valid_request(), contract=_assessing(runnable=False, explanation="why"))
+    assert bare.replay_disposition is D.CONTRACT_REFUSED
+    assert bare.reason_codes == ()
+    assert bare.explanation == "contract_refused by toy.contract@v1: no reason given. why"
+
+
+def test_a_runnable_verdict_listing_blockers_is_the_authority_failing() -> None:
+    outcome = run(valid_request(), contract=_assessing(runnable=True, unresolved_hazards=["h"]))
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == (
+        f"{CONTRACT_UNAVAILABLE}: contract_outcome_inconsistent: "
+        "toy.contract@v1 called the candidate runnable while listing blockers"
+    )
+
+
+def test_a_contract_authority_returning_text_is_named_by_its_type() -> None:
+    outcome = run(valid_request(), contract=lambda frame: "runnable")
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == (
+        f"{CONTRACT_UNAVAILABLE}: contract_outcome_malformed: "
+        "toy.contract@v1 returned str, not a ContractAssessment"
+    )
+
+
+def test_outcomes_altered_behind_attrs_back_are_refused_with_the_records_own_words() -> None:
+    def altered_assessment(frame: Any) -> Any:
+        assessment = toy_assessment(frame)
+        object.__setattr__(assessment, "candidate_organ", 5)  # past the frozen record
+        return assessment
+
+    says = _constructor_says(lambda: attrs.evolve(toy_assessment(CLOSING), candidate_organ=5))  # type: ignore[arg-type]  # the defect
+    outcome = run(valid_request(), contract=altered_assessment)
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == f"{CONTRACT_UNAVAILABLE}: contract_outcome_malformed: {says}"
+
+    def altered_proof(ctx: ProofContext) -> ProofOutcome:
+        proof = _sealed_proof(ctx)
+        object.__setattr__(proof, "reason_codes", ["refuted"])
+        return proof
+
+    def rebuilt() -> object:
+        ctx = ProofContext("toy.p1", "a" * 64, CLOSING, toy_assessment(CLOSING))
+        return attrs.evolve(_sealed_proof(ctx), reason_codes=["refuted"])  # type: ignore[arg-type]  # the defect
+
+    says = _constructor_says(rebuilt)
+    outcome = run(valid_request(), proofs={"toy.p1": altered_proof})
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == f"{PROOF_UNAVAILABLE}: proof_outcome_malformed: {says}"
+
+
+def _evidence(ref_: str) -> ProofEvidence:
+    return ProofEvidence(ref_, "text/plain", b"receipt")
+
+
+def test_gathered_evidence_is_refused_unless_well_typed_and_declared() -> None:
+    manifest = toy_manifest(CallLog())
+    malformed = f"{PROOF_UNAVAILABLE}: proof_evidence_malformed: "
+    for not_a_sequence in ("receipt", b"receipt", _evidence("toy.p1"), [b"receipt"]):
+        outcome = replay_attempt(valid_request(), manifest, evidence=not_a_sequence)  # type: ignore[arg-type]  # the defect
+        assert isinstance(outcome, ReplayAdapterRefusal)
+        assert outcome.explanation == malformed + "evidence must be a sequence of ProofEvidence"
+    altered = _evidence("toy.p1")
+    object.__setattr__(altered, "document", "receipt")  # past the frozen record
+    says = _constructor_says(lambda: attrs.evolve(_evidence("toy.p1"), document="receipt"))  # type: ignore[arg-type]  # the defect
+    outcome = replay_attempt(valid_request(), manifest, evidence=[_evidence("toy.p2"), altered])
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == malformed + says
+    stray = [_evidence("toy.p9"), _evidence("toy.p1"), _evidence("toy.p0")]
+    outcome = replay_attempt(valid_request(), manifest, evidence=stray)
+    assert isinstance(outcome, ReplayAdapterRefusal)
+    assert outcome.explanation == (
+        f"{PROOF_UNAVAILABLE}: proof_evidence_unexpected: "
+        "evidence names undeclared obligations ['toy.p0', 'toy.p9']"
+    )
+
+
+def test_a_proof_outcome_sealed_without_an_explanation_has_none() -> None:
+    ctx = ProofContext("toy.p1", "a" * 64, CLOSING, toy_assessment(CLOSING))
+    outcome = seal_proof_outcome(
+        context=ctx, authority_id="toy.p1", authority_version="v1", status=ProofStatus.CLOSED
+    )
+    assert outcome.explanation == ""
+    assert outcome.proof_outcome_id == ref.proof_outcome_id(outcome)
+
+
+# --- records altered behind attrs' back, alone and in a batch sharing them --------------
+
+
+def _altered(record: Any, **fields: Any) -> Any:
+    """A copy of ``record`` with ``fields`` set past its validators (``object.__setattr__``)."""
+    copy = attrs.evolve(record)
+    for name, value in fields.items():
+        object.__setattr__(copy, name, value)
+    return copy
+
+
+TOO_LARGE = 10**MAX_INT_DIGITS  # one digit more than the identity domain allows
+
+
+def _altered_requests() -> dict[str, tuple[Callable[[ReplayRequest], ReplayRequest], str]]:
+    r = valid_request()
+    run_says = _constructor_says(lambda: attrs.evolve(r.run, run_policy_version=5))  # type: ignore[arg-type]  # the defect
+    frame_says = _constructor_says(lambda: attrs.evolve(r.problem_frame, source_text=5))  # type: ignore[arg-type]  # the defect
+    lone = len(r.problem_frame.source_text) - 1
+    return {
+        "run_invalid": (
+            lambda q: attrs.evolve(q, run=_altered(q.run, run_policy_version=5)),
+            f"{INVALID}: record_structure_invalid: {run_says}",
+        ),
+        "run_not_canonical": (
+            lambda q: attrs.evolve(
+                q,
+                run=_altered(
+                    q.run,
+                    candidate_attempts=tuple(
+                        _altered(a, attempt_index=TOO_LARGE) for a in q.run.candidate_attempts
+                    ),
+                ),
+            ),
+            f"{INVALID}: record_not_canonical: integer_too_large at "
+            f"$.candidate_attempts[0].attempt_index: integer has more than {MAX_INT_DIGITS} digits",
+        ),
+        "frame_invalid": (
+            lambda q: attrs.evolve(q, problem_frame=_altered(q.problem_frame, source_text=5)),
+            f"{INVALID}: record_structure_invalid: {frame_says}",
+        ),
+        "frame_not_canonical": (
+            lambda q: attrs.evolve(
+                q,
+                problem_frame=_altered(
+                    q.problem_frame, source_text=q.problem_frame.source_text[:lone] + "\udcff"
+                ),
+            ),
+            f"{INVALID}: record_not_canonical: lone_surrogate at $.source_text: "
+            f"string contains a lone surrogate at index {lone}",
+        ),
+        "residuals_not_canonical": (
+            lambda q: attrs.evolve(
+                q, residuals=tuple(_altered(x, ordinal=TOO_LARGE) for x in q.residuals)
+            ),
+            f"{INVALID}: record_not_canonical: integer_too_large at $.ordinal: "
+            f"integer has more than {MAX_INT_DIGITS} digits",
+        ),
+        "budget_not_canonical": (
+            lambda q: attrs.evolve(q, budget=_altered(q.budget, max_attempts=TOO_LARGE)),
+            f"{INVALID}: record_not_canonical: integer_too_large at $.max_attempts: "
+            f"integer has more than {MAX_INT_DIGITS} digits",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_altered_requests()))
+def test_a_record_altered_behind_attrs_back_is_refused_with_what_is_wrong(case: str) -> None:
+    alter, expected = _altered_requests()[case]
+    assert explanation(alter(valid_request())) == expected
+    # A batch examines the run and the records its requests share once, then
+    # refuses every attempt with the same words.
+    manifest = toy_manifest(CallLog())
+    shared = requests_from_bundle(bundle_for(toy_chain(CLOSING, CLOSING), manifest))
+    first = alter(shared[0])
+    batch = [first] + [
+        attrs.evolve(
+            q,
+            run=first.run,
+            problem_frame=first.problem_frame,
+            budget=first.budget,
+            residuals=first.residuals,
+        )
+        for q in shared[1:]
+    ]
+    outcomes = list(replay_attempts(batch, manifest))
+    assert [o.explanation for o in outcomes] == [expected] * len(batch)
+    refusals = [o for o in outcomes if isinstance(o, ReplayAdapterRefusal)]
+    assert [o.attempt_index for o in refusals] == list(range(len(batch)))
+
+
+def test_a_record_broken_across_fields_behind_attrs_back_is_refused_by_its_invariant() -> None:
+    # Each field is valid alone; the record's cross-field invariant (exactly one
+    # of candidate frame and delta) is what refuses it.
+    request = valid_request()
+    delta = _delta_request().reconstruction.frame_delta
+    says = _constructor_says(lambda: attrs.evolve(request.reconstruction, frame_delta=delta))
+    both = attrs.evolve(request, reconstruction=_altered(request.reconstruction, frame_delta=delta))
+    assert explanation(both) == f"{INVALID}: record_structure_invalid: {says}"
+
+
+def test_forged_or_foreign_run_facts_never_change_an_outcome() -> None:
+    # Facts spare the O(run) examination of a batch; only facts examine_run built
+    # for this very run object may be used, so a forgery costs time, never a verdict.
+    request = _forged_sibling(valid_request(CLOSING, CLOSING))
+    manifest = toy_manifest(CallLog())
+    alone = replay_attempt(request, manifest)
+    assert alone.explanation == (
+        f"{IDENTITY}: run_attempts_inconsistent: "
+        "an attempt of the run does not reproduce its id, position, run or input"
+    )
+    forged = RunFacts(request.run, None, None, request.run.run_id, True)
+    foreign = examine_run(valid_request(CLOSING, CLOSING).run)
+    genuine = examine_run(request.run)
+    for facts in (forged, foreign, genuine):
+        assert replay_attempt(request, manifest, facts=facts) == alone
+
+
+def _too_large(binding: Any) -> Any:
+    return _altered(binding, value=TOO_LARGE)
+
+
+def test_a_reconstruction_outside_the_identity_domain_is_refused_where_it_is() -> None:
+    # Each part the reconstruction digests is checked: its own payload, the
+    # candidate frame it carries, the delta it carries.
+    request = valid_request()
+    rec = request.reconstruction
+    too_large = f"integer has more than {MAX_INT_DIGITS} digits"
+    bindings = (_too_large(rec.candidate_bindings[0]), *rec.candidate_bindings[1:])
+    own = attrs.evolve(request, reconstruction=_altered(rec, candidate_bindings=bindings))
+    assert explanation(own) == (
+        f"{INVALID}: record_not_canonical: integer_too_large at "
+        f"$.candidate.bindings[0].value: {too_large}"
+    )
+    frame = rec.candidate_problem_frame
+    assert frame is not None
+    lone = len(frame.source_text) - 1
+    surrogate = _altered(frame, source_text=frame.source_text[:lone] + "\udcff")
+    carried = attrs.evolve(
+        request, reconstruction=_altered(rec, candidate_problem_frame=surrogate)
+    )
+    assert explanation(carried) == (
+        f"{INVALID}: record_not_canonical: lone_surrogate at $.source_text: "
+        f"string contains a lone surrogate at index {lone}"
+    )
+    by_delta = _delta_request()
+    delta = by_delta.reconstruction.frame_delta
+    assert delta is not None
+    added = (_too_large(delta.added_bindings[0]), *delta.added_bindings[1:])
+    altered = _altered(by_delta.reconstruction, frame_delta=_altered(delta, added_bindings=added))
+    assert explanation(attrs.evolve(by_delta, reconstruction=altered)) == (
+        f"{INVALID}: record_not_canonical: integer_too_large at "
+        f"$.added_bindings[0].value: {too_large}"
+    )

@@ -28,6 +28,7 @@ from kernel.verification import (
     BackendOperation,
     BackendReady,
     BackendVerdict,
+    Candidate,
     Claim,
     ClaimLevel,
     ClosureReason,
@@ -833,6 +834,7 @@ def test_status_for_a_malformed_claim_is_refused() -> None:
 
 
 PATTERN = "must match [a-z][a-z0-9-]*"
+DIGEST = "digest must be a lowercase hex SHA-256 digest"
 
 
 # --- records: what no caller may build --------------------------------------------------
@@ -846,6 +848,30 @@ PATTERN = "must match [a-z][a-z0-9-]*"
         (lambda: Setting("time_out", "1"), ValueError, f"setting name {'time_out'!r} {PATTERN}"),
         (lambda: Setting("", "1"), ValueError, "name must not be empty"),
         (lambda: Setting("t", "a\x00b"), ValueError, "value must not contain NUL"),
+        (lambda: Setting(7, "1"), TypeError, "name must be str, got int"),  # type: ignore[arg-type]
+        (lambda: Setting("t", "\ud800"), ValueError, "value contains a lone surrogate"),
+        (lambda: Candidate("A" * 64, "s"), ValueError, DIGEST),
+        (lambda: Candidate("a" * 63, "s"), ValueError, DIGEST),
+        (
+            lambda: CommandConfiguration("op", [Setting("a", "1")], ()),  # type: ignore[arg-type]
+            TypeError,
+            "settings must be a tuple",
+        ),
+        (
+            lambda: CommandConfiguration("op", (("a", "1"),), ()),  # type: ignore[arg-type]
+            TypeError,
+            "settings must hold Setting records",
+        ),
+        (
+            lambda: CommandConfiguration("op", (Setting("b", "1"), Setting("a", "1")), ()),
+            ValueError,
+            "setting names must be unique and sorted",
+        ),
+        (
+            lambda: CommandConfiguration("op", (Setting("a", "1"), Setting("a", "2")), ()),
+            ValueError,
+            "setting names must be unique and sorted",
+        ),
         (
             lambda: CommandConfiguration("verify-claim", (), ["x"]),  # type: ignore[arg-type]
             TypeError,

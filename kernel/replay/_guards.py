@@ -295,28 +295,24 @@ def reconstruct_candidate(subject: Examined) -> ProblemFrame | Rejection:
             "reconstruction does not bind back to the original problem frame",
         )
     # Exactly one of frame and delta: ``well_formed`` re-ran the record's own
-    # invariant, so both or neither never reach this guard.
+    # invariant (RECORD_STRUCTURE_INVALID otherwise), so no delta means a frame.
     frame: ProblemFrame
     candidate, delta = rec.candidate_problem_frame, rec.frame_delta
-    if candidate is not None and delta is None:
+    if delta is None:
+        assert candidate is not None
         frame = candidate
         if rec.candidate_problem_frame_digest != frame_digest(frame):
             return Rejection(
                 R.CANDIDATE_FRAME_DIGEST_MISMATCH,
                 "candidate_problem_frame_digest does not reproduce",
             )
-    elif delta is not None and candidate is None:
+    else:
         if rec.frame_delta_digest != delta_digest(delta):
             return Rejection(R.FRAME_DELTA_DIGEST_MISMATCH, "frame_delta_digest does not reproduce")
         applied = apply_delta(original, delta)
         if isinstance(applied, DeltaRefusal):
             return Rejection(R.FRAME_DELTA_DOES_NOT_RECONSTRUCT, applied.detail)
         frame = applied
-    else:  # pragma: no cover - well_formed refuses it first (RECORD_STRUCTURE_INVALID)
-        return Rejection(
-            R.RECORD_STRUCTURE_INVALID,
-            "exactly one of candidate_problem_frame and frame_delta is required",
-        )
     if frame.source_text != original.source_text:
         return Rejection(R.CANDIDATE_SOURCE_TEXT_ALTERED, "the candidate alters the source text")
     if (rec.candidate_bindings, rec.candidate_relations, rec.candidate_targets) != (
