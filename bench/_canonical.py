@@ -100,41 +100,27 @@ def comparisons() -> tuple[Comparison, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench._canonical [--rounds N]``: this group alone, as Markdown rows."""
-    import argparse
     import statistics
-    import time
 
-    import bench._harness as harness
-    from bench._harness import measure
+    from bench._harness import cpu_clock, measure, standalone_parser
 
-    parser = argparse.ArgumentParser(prog="python -m bench._canonical")
-    parser.add_argument("--rounds", type=int, default=41)
-    parser.add_argument("--target-ms", type=float, default=40.0)
-    parser.add_argument(
-        "--cpu", action="store_true",
-        help="time with this process's CPU clock instead of the wall clock (a loaded machine)",
-    )
-    args = parser.parse_args(argv)
-    wall = time.perf_counter
-    if args.cpu:  # same interleaving; time spent waiting for a core is not counted
-        harness.time.perf_counter = time.process_time  # type: ignore[attr-defined]
-    print(f"clock: {'process CPU time' if args.cpu else 'wall (perf_counter)'}, "
-          f"{args.rounds} rounds")
-    print("| value (canonical size) | variant | plain us/call | variant us/call "
-          "| ratio (median) | IQR | min-max |")
-    print("|---|---|---|---|---|---|---|")
-    for item in comparisons():
-        for ratio in measure(item, rounds=args.rounds, target_s=args.target_ms / 1000):
-            q1, q3 = ratio.quartiles
-            low, high = ratio.extremes
-            print(
-                f"| {item.case} | {ratio.variant.label} | "
-                f"{statistics.median(ratio.baseline_us):,.1f} | "
-                f"{statistics.median(ratio.variant_us):,.1f} | {ratio.median:.2f}x | "
-                f"{q1:.2f}-{q3:.2f} | {low:.2f}-{high:.2f} |",
-                flush=True,
-            )
-    harness.time.perf_counter = wall  # type: ignore[attr-defined]
+    args = standalone_parser("python -m bench._canonical").parse_args(argv)
+    with cpu_clock(args.cpu) as clock:
+        print(f"clock: {clock}, {args.rounds} rounds")
+        print("| value (canonical size) | variant | plain us/call | variant us/call "
+              "| ratio (median) | IQR | min-max |")
+        print("|---|---|---|---|---|---|---|")
+        for item in comparisons():
+            for ratio in measure(item, rounds=args.rounds, target_s=args.target_ms / 1000):
+                q1, q3 = ratio.quartiles
+                low, high = ratio.extremes
+                print(
+                    f"| {item.case} | {ratio.variant.label} | "
+                    f"{statistics.median(ratio.baseline_us):,.1f} | "
+                    f"{statistics.median(ratio.variant_us):,.1f} | {ratio.median:.2f}x | "
+                    f"{q1:.2f}-{q3:.2f} | {low:.2f}-{high:.2f} |",
+                    flush=True,
+                )
     return 0
 
 

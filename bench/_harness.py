@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from kernel.identity import set_fast_path
@@ -62,6 +64,36 @@ class Ratio:
         return min(self.per_round), max(self.per_round)
 
 
+# The clock every timing reads; ``cpu_clock`` swaps it for this process's CPU
+# time, so that on a loaded machine the time spent waiting for a core that
+# another job holds is not counted. Interleaving and GC handling stay the same.
+_clock: Callable[[], float] = time.perf_counter
+
+
+@contextlib.contextmanager
+def cpu_clock(enabled: bool = True) -> Iterator[str]:
+    """Within the block, timings read the process CPU clock (when ``enabled``); yields its name."""
+    global _clock
+    previous = _clock
+    _clock = time.process_time if enabled else time.perf_counter
+    try:
+        yield "process CPU time" if enabled else "wall (perf_counter)"
+    finally:
+        _clock = previous
+
+
+def standalone_parser(prog: str) -> argparse.ArgumentParser:
+    """The options every group runnable alone (``python -m bench._NAME``) shares."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--rounds", type=int, default=41)
+    parser.add_argument("--target-ms", type=float, default=40.0)
+    parser.add_argument(
+        "--cpu", action="store_true",
+        help="time with this process's CPU clock instead of the wall clock (a loaded machine)",
+    )
+    return parser
+
+
 def time_per_call(variant: Variant, number: int) -> float:
     """Seconds per call over ``number`` calls, with the GC off (as timeit does)."""
     previous = set_fast_path(variant.fast_path)
@@ -69,10 +101,10 @@ def time_per_call(variant: Variant, number: int) -> float:
     gc.collect()
     gc.disable()
     try:
-        start = time.perf_counter()
+        start = _clock()
         for _ in range(number):
             run()
-        elapsed = time.perf_counter() - start
+        elapsed = _clock() - start
     finally:
         gc.enable()
         set_fast_path(previous)

@@ -59,8 +59,6 @@ from kernel.replay._facts import built_facts, with_built
 from kernel.serde import loads
 from kernel.upstream import build_chain
 
-_WALL_CLOCK = time.perf_counter
-
 
 @dataclass(frozen=True)
 class Floor:
@@ -213,33 +211,18 @@ def summary(floor: Floor, medians_us: dict[str, float]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench._replay_split [--rounds N]``: this group alone."""
-    import argparse
     import statistics
 
-    import bench._harness as harness
     from bench._cases import load_corpus
-    from bench._harness import measure
+    from bench._harness import cpu_clock, measure, standalone_parser
 
-    parser = argparse.ArgumentParser(prog="python -m bench._replay_split")
-    parser.add_argument("--rounds", type=int, default=41)
-    parser.add_argument("--target-ms", type=float, default=40.0)
-    parser.add_argument(
-        "--cpu", action="store_true",
-        help="time with this process's CPU clock instead of the wall clock (a loaded machine)",
-    )
-    args = parser.parse_args(argv)
+    args = standalone_parser("python -m bench._replay_split").parse_args(argv)
     corpus = load_corpus()
     floor = hash_floor(corpus)
     item = comparison(corpus, floor)
-    if args.cpu:
-        # Same interleaving and GC handling; only the clock differs, so time
-        # spent waiting for a core another job holds is not counted.
-        harness.time.perf_counter = time.process_time  # type: ignore[attr-defined]
-    try:
+    with cpu_clock(args.cpu) as clock:
         ratios = measure(item, rounds=args.rounds, target_s=args.target_ms / 1000)
-    finally:
-        harness.time.perf_counter = _WALL_CLOCK  # type: ignore[attr-defined]
-    print(f"clock: {'process CPU time' if args.cpu else 'wall (perf_counter)'}")
+    print(f"clock: {clock}")
     medians = {item.baseline.label: statistics.median(ratios[0].baseline_us)}
     medians.update({r.variant.label: statistics.median(r.variant_us) for r in ratios})
     print(f"{item.case}, {args.rounds} rounds")
