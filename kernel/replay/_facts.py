@@ -250,6 +250,15 @@ def examine_run(run: GeometricSearchRun, *, shared: Sequence[object] = ()) -> Ru
         return RunFacts(run, str(exc), None, None, False, _EXAMINED, records)
     # validate_deep(run) has just held for the run and every record in it:
     # its digests take the payload path (ADR-0007).
+    return _identity_facts(run, records)
+
+
+def _identity_facts(run: GeometricSearchRun, records: tuple[RecordFacts, ...]) -> RunFacts:
+    """The run's id and its attempts' consistency, for a run known valid.
+
+    Callers guarantee the run is valid and in the identity domain (examined
+    or built by the converter), so the digests take the payload path.
+    """
     with validated_payloads():
         try:
             run_id = run_id_of(run)
@@ -277,20 +286,7 @@ def built_facts(run: GeometricSearchRun, shared: Sequence[object]) -> RunFacts:
     construction, so they are not walked again; the run's id and every
     attempt's id are still recomputed (that is identity, not validation).
     """
-    records = tuple(RecordFacts(record, None, None) for record in shared)
-    with validated_payloads():
-        try:
-            run_id = run_id_of(run)
-        except IdentityError as exc:  # defensive: parsed values lie in the domain
-            return RunFacts(run, None, str(exc), None, False, _EXAMINED, records)
-        consistent = all(
-            a.attempt_index == position
-            and a.run_id == run.run_id
-            and a.input_digest == run.input_digest
-            and attempt_id_of(a) == a.attempt_id
-            for position, a in enumerate(run.candidate_attempts)
-        )
-    return RunFacts(run, None, None, run_id, consistent, _EXAMINED, records)
+    return _identity_facts(run, tuple(RecordFacts(record, None, None) for record in shared))
 
 
 def with_built(facts: RunFacts, *records: object) -> RunFacts:
