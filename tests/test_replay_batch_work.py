@@ -1,0 +1,229 @@
+"""A batch examines its run and shared records once: the work is counted (ADR 0011).
+
+``examine_run`` exists so that classifying the n attempts of one run costs
+O(run + n) instead of O(run x n). That promise is about work, so it is
+checked by counting work, never by timing it: every call of
+``validate_deep`` (the walk that re-runs a record's validators) is logged by
+the object it walks, and each path that takes facts must walk the run and
+each record the batch shares exactly once, whatever the number of attempts.
+Facts that do not apply (forged, of another run) must make the run be walked
+again, and the per-class validation plan must be computed once per class.
+
+Outcomes are not in question here (tests/test_mutants_replay.py holds that a
+forged or foreign fact never changes one); these tests fail when the
+optimisation is silently lost, which no outcome test can see.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+from kernel.replay import (
+    ReplayAdapterResult,
+    ReplayBundle,
+    _facts,
+    begin_attempt,
+    examine_run,
+    replay_attempt,
+    replay_attempts,
+    replay_bundle_attempts,
+    replay_bundle_document,
+    requests_from_bundle,
+    validate,
+)
+from kernel.replay._facts import RunFacts, facts_for, validate_deep
+from kernel.serde import dumps, loads
+from kernel.upstream import SearchChain
+from tests.replay_fixtures import CLOSING, CallLog, bundle_for, toy_chain, toy_manifest
+
+
+class Walks:
+    """How often ``validate_deep`` was entered with each object (by identity)."""
+
+    def __init__(self) -> None:
+        self.by_id: Counter[int] = Counter()
+        self.by_kind: Counter[str] = Counter()
+        self.kept: list[object] = []  # keeps every walked object alive, so ids stay unique
+
+    def of(self, value: object) -> int:
+        return self.by_id[id(value)]
+
+
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Walks]:
+    log = Walks()
+    original = _facts.validate_deep
+
+    def counting(value: object) -> None:
+        log.by_id[id(value)] += 1
+        log.by_kind[type(value).__name__] += 1
+        log.kept.append(value)
+        original(value)
+
+    # The walk recurses through the module's global name, so every record it
+    # enters (the run, each attempt inside it, each shared record) is logged.
+    monkeypatch.setattr(_facts, "validate_deep", counting)
+    yield log
+
+
+def _chain(attempts: int) -> SearchChain:
+    return toy_chain(*[CLOSING] * attempts)
+
+
+def _shared(chain: SearchChain) -> tuple[object, ...]:
+    return (chain.problem_frame, chain.assessment, chain.gate, chain.budget, chain.residuals)
+
+
+def _assert_walked_once(walks: Walks, chain: SearchChain) -> None:
+    assert walks.of(chain.run) == 1, "the run must be examined once for the whole batch"
+    for attempt in chain.run.candidate_attempts:
+        # Once inside the run's walk; never again as the attempt's own record.
+        assert walks.of(attempt) == 1, "an attempt of the examined run was walked again"
+    for shared in _shared(chain):
+        # A tuple of records (the residuals) is walked item by item.
+        for record in shared if type(shared) is tuple else (shared,):
+            count = walks.of(record)
+            assert count == 1, f"shared {type(record).__name__} walked {count}x"
+
+
+def _facts_paths() -> dict[str, Callable[[SearchChain], list[object]]]:
+    manifest = toy_manifest(CallLog())
+
+    def batch(chain: SearchChain) -> list[object]:
+        return list(replay_attempts(requests_from_bundle(bundle_for(chain, manifest)), manifest))
+
+    def bundle(chain: SearchChain) -> list[object]:
+        return list(replay_bundle_attempts(bundle_for(chain, manifest), manifest))
+
+    def one_by_one(chain: SearchChain) -> list[object]:
+        requests = requests_from_bundle(bundle_for(chain, manifest))
+        facts = examine_run(chain.run, shared=_shared(chain))
+        return [replay_attempt(r, manifest, facts=facts) for r in requests]
+
+    def begun(chain: SearchChain) -> list[object]:
+        requests = requests_from_bundle(bundle_for(chain, manifest))
+        facts = facts_for(requests[0])
+        return [begin_attempt(r, manifest, facts=facts) for r in requests]
+
+    def validated(chain: SearchChain) -> list[object]:
+        requests = requests_from_bundle(bundle_for(chain, manifest))
+        facts = None
+        out: list[object] = []
+        for request in requests:
+            facts = facts_for(request, facts)
+            out.append(validate(request, manifest, facts=facts))
+        return out
+
+    return {
+        "replay_attempts": batch,
+        "replay_bundle_attempts": bundle,
+        "replay_attempt(facts=)": one_by_one,
+        "begin_attempt(facts=)": begun,
+        "validate(facts=)": validated,
+    }
+
+
+PATHS = _facts_paths()
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("attempts", [1, 4])
+def test_each_path_with_facts_walks_the_run_and_shared_records_once(
+    path: str, attempts: int, walks: Walks
+) -> None:
+    chain = _chain(attempts)
+    outcomes = PATHS[path](chain)
+    assert len(outcomes) == attempts
+    _assert_walked_once(walks, chain)
+
+
+def test_the_batch_really_classifies_every_attempt() -> None:
+    # The counts above are only meaningful if the batch did its work: every
+    # attempt of the closing chain is closed, not refused early.
+    chain = _chain(3)
+    outcomes = PATHS["replay_attempts"](chain)
+    assert [type(o) for o in outcomes] == [ReplayAdapterResult] * 3
+
+
+def test_without_facts_each_attempt_examines_the_run_again(walks: Walks) -> None:
+    # The other side of the count: with no facts, replay_attempt examines the
+    # run for itself, so the count above is the optimisation, not an accident.
+    manifest = toy_manifest(CallLog())
+    chain = _chain(3)
+    for request in requests_from_bundle(bundle_for(chain, manifest)):
+        replay_attempt(request, manifest)
+    assert walks.of(chain.run) == 3
+
+
+def test_facts_that_do_not_apply_are_not_used(walks: Walks) -> None:
+    manifest = toy_manifest(CallLog())
+    chain = _chain(2)
+    request = requests_from_bundle(bundle_for(chain, manifest))[0]
+    foreign = examine_run(_chain(2).run)
+    forged = RunFacts(chain.run, None, None, chain.run.run_id, True)
+    walked = walks.of(chain.run)
+    replay_attempt(request, manifest, facts=foreign)
+    replay_attempt(request, manifest, facts=forged)
+    assert walks.of(chain.run) == walked + 2
+    # facts_for gives known facts back only for the run they examined.
+    assert facts_for(request, foreign) is not foreign
+    genuine = examine_run(chain.run)
+    assert facts_for(request, genuine) is genuine
+
+
+def test_a_batch_whose_run_changes_examines_each_run_once(walks: Walks) -> None:
+    manifest = toy_manifest(CallLog())
+    first, second = _chain(2), _chain(3)
+    requests = [
+        *requests_from_bundle(bundle_for(first, manifest)),
+        *requests_from_bundle(bundle_for(second, manifest)),
+    ]
+    assert len(list(replay_attempts(requests, manifest))) == 5
+    assert (walks.of(first.run), walks.of(second.run)) == (1, 1)
+
+
+def test_the_validation_plan_of_a_record_class_is_computed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    chain = _chain(2)
+    validate_deep(chain.run)  # every class the run holds now has its plan
+    calls: list[type] = []
+    fields = attrs.fields
+
+    def counting(kind: type) -> Any:
+        calls.append(kind)
+        return fields(kind)
+
+    monkeypatch.setattr(attrs, "fields", counting)
+    validate_deep(chain.run)
+    validate_deep(_chain(3).run)
+    assert calls == [], f"plans recomputed for {sorted({k.__name__ for k in calls})}"
+
+
+def test_records_the_kernel_just_built_from_bytes_are_not_walked(walks: Walks) -> None:
+    # replay_bundle_document structures every record itself with the strict
+    # converter (validators on), so it vouches for them instead of walking
+    # them again; the outcomes are the examined path's (test_replay_built.py).
+    manifest = toy_manifest(CallLog())
+    data = dumps(bundle_for(_chain(4), manifest))
+    walks.by_kind.clear()
+    outcomes = list(replay_bundle_document(data, manifest))
+    assert [type(o) for o in outcomes] == [ReplayAdapterResult] * 4
+    # Only the outcomes the kernel emits are re-validated on the way out.
+    assert not INPUT_RECORDS & set(walks.by_kind), walks.by_kind
+    # The same bytes through the examining path walk each input record kind.
+    walks.by_kind.clear()
+    assert len(list(replay_bundle_attempts(loads(data, ReplayBundle), manifest))) == 4
+    assert INPUT_RECORDS <= set(walks.by_kind), walks.by_kind
+
+
+INPUT_RECORDS = frozenset({
+    "GeometricSearchRun", "CandidateAttempt", "CandidateReconstruction", "ProblemFrame",
+    "ContractAssessment", "ContractResidual", "SearchGateDecision", "ComputeBudgetDecision",
+    "ReplayAdapterInput",
+})
