@@ -1,7 +1,11 @@
 """ExternalCertifier: evidence for ``arithmetic.target_certified`` from a real SMT pair.
 
 Theory of operation (ADR-0006; seed 003; ADR-0003 "Receipt bridge"), for one
-``ContractClosed`` attempt whose obligations include ``TARGET_CERTIFIED``:
+``ContractClosed`` attempt whose obligations include ``TARGET_CERTIFIED``
+(``task_for`` takes from the state, in the driver, only what the steps below
+read: the attempt's ids, its obligation refs and its candidate frame; the
+steps run in the ``CertificationTask``, wherever the executor runs it,
+ADR-0008):
 
 1. ``certification_problem`` of the exact candidate frame (pure);
 2. ``plan_verification(certification_spec(...))``: an assurance request
@@ -179,7 +183,9 @@ class ExternalCertifier:
     ``work_dir`` is where attempt directories are laid out (absolute);
     ``entry`` is the pinned check (``certification_entry``); ``limits`` the
     producer and checker deadlines; ``environment`` the exact child
-    environment. Picklable, so it can be shipped to pool workers.
+    environment. A ``TaskProvider``: what crosses an executor is its
+    ``CertificationTask`` for each attempt (it and the certifier are
+    picklable), never the attempt's state or run.
     """
 
     work_dir: Path = attrs.field(converter=_absolute_path)
