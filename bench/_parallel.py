@@ -188,21 +188,25 @@ class Comparison:
     times: dict[str, list[float]]
     ratios: dict[str, list[float]]
     loads: list[str]
-    task_bytes: int  # one evidence task as pickled for a worker (provider + state)
+    task_bytes: int  # one evidence task as pickled for a worker (ADR 0008: the certifier's task)
 
     def median_ratio(self, name: str) -> float:
         return statistics.median(self.ratios[name])
 
 
 def task_size(requests: tuple[ReplayRequest, ...], entry: CheckEntry) -> int:
-    """Bytes pickled per evidence task: the provider and one contract-closed state."""
+    """Bytes pickled per evidence task: the certifier's task for one contract-closed attempt.
+
+    That is what the driver hands the executor for ``ExternalCertifier``
+    (ADR 0008); it holds no part of the run, so it does not grow with it.
+    """
     import pickle
 
     from kernel.replay import ContractClosed, begin_attempt, facts_for
 
     state = begin_attempt(requests[0], CERTIFIED_MANIFEST, facts=facts_for(requests[0], None))
     assert isinstance(state, ContractClosed)
-    return len(pickle.dumps((certifier(Path("/nonexistent"), entry), state)))
+    return len(pickle.dumps(certifier(Path("/nonexistent"), entry).task_for(state)))
 
 
 def compare(

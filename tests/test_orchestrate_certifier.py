@@ -24,6 +24,7 @@ from kernel.external import Pin
 from kernel.orchestrate import (
     CERTIFICATION_RECORD,
     RUN_ID,
+    CertificationTask,
     ExternalCertifier,
     author_session,
     certification_entry,
@@ -33,6 +34,7 @@ from kernel.orchestrate import (
     replay_requests,
 )
 from kernel.organs import (
+    CERTIFICATION_MEDIA_TYPE,
     CERTIFIED_MANIFEST,
     TARGET_CERTIFIED,
     CertificationEvidence,
@@ -40,6 +42,7 @@ from kernel.organs import (
 )
 from kernel.replay import (
     ContractClosed,
+    ProofEvidence,
     ProofsReplayed,
     ProofStatus,
     ReplayAdapterOutcome,
@@ -47,6 +50,7 @@ from kernel.replay import (
     ReplayDisposition,
     Validated,
     dispose,
+    finish_attempt,
     replay_contract,
     replay_proofs,
     requests_from_bundle,
@@ -328,3 +332,44 @@ def test_evidence_from_another_candidates_run_never_closes(tmp_path: Path) -> No
     outcome = dispose(proofs)
     assert outcome.replay_disposition is D.CONTRACT_CLOSED_BUT_PROOF_REFUSED
     assert f"proof_refused:{TARGET_CERTIFIED}" in outcome.reason_codes
+
+
+@attrs.frozen
+class _Misattributing:
+    """Hands the executor, for any attempt, the real certification task of attempt ``other``."""
+
+    inner: ExternalCertifier
+    other: int
+
+    def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
+        return self.task_for(state).gather()
+
+    def task_for(self, state: ContractClosed) -> CertificationTask:
+        return self.inner.task_for(_contract_closed(self.other))
+
+
+def test_a_task_that_certifies_another_attempt_never_closes_this_one(tmp_path: Path) -> None:
+    # Only the task crosses the pool; the driver keeps attempt 0's state and
+    # binds what comes back to it, so a real certification of attempt 2 is
+    # judged as evidence for attempt 0, and refused.
+    work = tmp_path / "work"
+    requests = requests_from_bundle(e2e_bundle())
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        (outcome,) = replay_requests(
+            (requests[0],), CERTIFIED_MANIFEST, _Misattributing(certifier(work), 2), executor=pool
+        )
+    other = requests[2].replay_input.attempt_id
+    assert [p.name for p in work.iterdir()] == [other]  # the worker certified attempt 2
+    stored = (work / other / CERTIFICATION_RECORD).read_bytes().rstrip(b"\n")
+    assert loads(stored, CertificationEvidence).receipt.status is Status.VERIFIED
+    assert isinstance(outcome, ReplayAdapterResult)
+    assert outcome.attempt_id == requests[0].replay_input.attempt_id
+    assert outcome.replay_disposition is D.CONTRACT_CLOSED_BUT_PROOF_REFUSED
+    assert outcome.reason_codes == (
+        f"proof_refused:{TARGET_CERTIFIED}",
+        f"{TARGET_CERTIFIED}:certification_not_for_this_problem",
+    )
+    # Exactly what the pure machine makes of attempt 0 with that evidence.
+    item = ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE, stored)
+    assert outcome == finish_attempt(_contract_closed(0), (item,))

@@ -17,6 +17,7 @@ import pytest
 from kernel.commands.replay import outcome_lines
 from kernel.orchestrate import (
     EvidenceProvider,
+    EvidenceTask,
     NoEvidence,
     replay_bundle,
     replay_requests,
@@ -191,6 +192,42 @@ def test_the_certifier_does_nothing_for_attempts_without_target_certified(
     assert not work.exists()
 
 
+@attrs.frozen
+class _CannotMakeTasks:
+    """A task provider whose ``task_for`` (run in the driver) notes, then raises."""
+
+    def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
+        return self.task_for(state).gather()
+
+    def task_for(self, state: ContractClosed) -> EvidenceTask:
+        index = state.validated.request.replay_input.attempt_index
+        logging.getLogger("kernel.orchestrate").warning("preparing %d", index)
+        raise OSError(f"no task for {index}")
+
+
+@pytest.mark.parametrize("where", ["inline", "threads"])
+def test_a_task_provider_that_raises_is_no_evidence_and_notes_in_run_order(
+    caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="kernel.orchestrate"):
+        if where == "inline":
+            outcomes = replay_bundle(e2e_bundle(), CERTIFIED_MANIFEST, _CannotMakeTasks())
+        else:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                outcomes = replay_bundle(
+                    e2e_bundle(), CERTIFIED_MANIFEST, _CannotMakeTasks(), executor=pool
+                )
+    assert outcome_lines(outcomes) == _plain(e2e_bundle(), CERTIFIED_MANIFEST)
+    notes = [r.getMessage() for r in caplog.records if r.name == "kernel.orchestrate"]
+    expected = []
+    for index in CLOSED:
+        expected += [
+            f"preparing {index}",
+            f"evidence provider raised OSError: no task for {index}",
+        ]
+    assert [note.split(": ", 1)[-1] if "raised" in note else note for note in notes] == expected
+
+
 def test_a_misshapen_bundle_raises_value_error() -> None:
     bundle = e2e_bundle()
     short = attrs.evolve(bundle, inputs=bundle.inputs[:-1])
@@ -207,9 +244,10 @@ def test_replay_requests_keeps_the_given_order() -> None:
 # --- layering -----------------------------------------------------------------------------
 
 ORCHESTRATE = ROOT / "kernel" / "orchestrate"
+# kernel.frames (below kernel.replay) for the candidate frame a certification task carries.
 ALLOWED_KERNEL = (
     "kernel.replay", "kernel.organs", "kernel.verification", "kernel.external",
-    "kernel.serde", "kernel.identity", "kernel.orchestrate",
+    "kernel.frames", "kernel.serde", "kernel.identity", "kernel.orchestrate",
 )  # fmt: skip
 
 

@@ -10,13 +10,16 @@ imports it. See ``adr/0006-orchestrator-and-main-job.md``.
   replay_proofs -> dispose, outcomes in the run's order;
 - ``open_executor(ExecutorSpec(...))``: that executor (inline, a spawn
   process pool, or Dask distributed), closed on exit (ADR-0008);
-- ``EvidenceProvider``: the seam; ``NoEvidence`` gathers nothing;
+- ``EvidenceProvider``: the seam; ``NoEvidence`` gathers nothing; a
+  ``TaskProvider`` also cuts each attempt down to an ``EvidenceTask``, which
+  is all that crosses an executor (ADR-0008);
 - ``audit_run``: recompute every id of a stored run offline;
   ``attest_run`` / ``verify_attestation``: its outcomes as a signed in-toto
   Statement in a DSSE envelope (ADR-0010);
 - ``ExternalCertifier``: evidence for ``arithmetic.target_certified`` from
   the pinned z3 -> cvc5 pair (``discover_tools``, ``certification_entry``),
-  sealed by the verification adapter in an independent session.
+  sealed by the verification adapter in an independent session; its tasks
+  are ``CertificationTask`` values.
 
 Names are imported lazily (PEP 562 ``__getattr__``): ``from kernel.orchestrate
 import ExternalCertifier`` loads the certifier and what it needs, not the
@@ -60,6 +63,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
     from kernel.orchestrate._certifier import (
         CERTIFICATION_RECORD,
         RUN_ID,
+        CertificationTask,
         ExternalCertifier,
         author_session,
         backend_output,
@@ -73,7 +77,12 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         check_executor_spec,
         open_executor,
     )
-    from kernel.orchestrate._provider import EvidenceProvider, NoEvidence
+    from kernel.orchestrate._provider import (
+        EvidenceProvider,
+        EvidenceTask,
+        NoEvidence,
+        TaskProvider,
+    )
     from kernel.orchestrate._tools import (
         BACKENDS_DIR,
         CERTIFY_CHECK_ID,
@@ -121,6 +130,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         (
             "CERTIFICATION_RECORD",
+            "CertificationTask",
             "ExternalCertifier",
             "RUN_ID",
             "author_session",
@@ -150,7 +160,9 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         (
             "EvidenceProvider",
+            "EvidenceTask",
             "NoEvidence",
+            "TaskProvider",
         ),
         "kernel.orchestrate._provider",
     ),
@@ -203,8 +215,10 @@ __all__ = [
     "CERTIFY_OBLIGATION",
     "CERTIFY_SPECIFICATION",
     "CertifierSetupError",
+    "CertificationTask",
     "CertifierTools",
     "EvidenceProvider",
+    "EvidenceTask",
     "ExecutorKind",
     "ExecutorSetupError",
     "ExecutorSpec",
@@ -218,6 +232,7 @@ __all__ = [
     "RunLayout",
     "STATEMENT_TYPE",
     "StoredCertifications",
+    "TaskProvider",
     "attest_run",
     "audit_run",
     "author_session",

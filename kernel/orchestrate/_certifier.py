@@ -1,7 +1,11 @@
 """ExternalCertifier: evidence for ``arithmetic.target_certified`` from a real SMT pair.
 
 Theory of operation (ADR-0006; seed 003; ADR-0003 "Receipt bridge"), for one
-``ContractClosed`` attempt whose obligations include ``TARGET_CERTIFIED``:
+``ContractClosed`` attempt whose obligations include ``TARGET_CERTIFIED``
+(``task_for`` takes from the state, in the driver, only what the steps below
+read: the attempt's ids, its obligation refs and its candidate frame; the
+steps run in the ``CertificationTask``, wherever the executor runs it,
+ADR-0008):
 
 1. ``certification_problem`` of the exact candidate frame (pure);
 2. ``plan_verification(certification_spec(...))``: an assurance request
@@ -62,6 +66,7 @@ from kernel.external import (
     run_check,
     seal_job,
 )
+from kernel.frames import ProblemFrame
 from kernel.identity import JsonValue, digest
 from kernel.orchestrate._tools import CERTIFY_SPECIFICATION
 from kernel.organs import (
@@ -86,6 +91,7 @@ from kernel.verification import (
 __all__ = [
     "CERTIFICATION_RECORD",
     "RUN_ID",
+    "CertificationTask",
     "ExternalCertifier",
     "author_session",
     "backend_output",
@@ -177,7 +183,9 @@ class ExternalCertifier:
     ``work_dir`` is where attempt directories are laid out (absolute);
     ``entry`` is the pinned check (``certification_entry``); ``limits`` the
     producer and checker deadlines; ``environment`` the exact child
-    environment. Picklable, so it can be shipped to pool workers.
+    environment. A ``TaskProvider``: what crosses an executor is its
+    ``CertificationTask`` for each attempt (it and the certifier are
+    picklable), never the attempt's state or run.
     """
 
     work_dir: Path = attrs.field(converter=_absolute_path)
@@ -192,12 +200,26 @@ class ExternalCertifier:
 
     def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
         """One certification item for ``state``, or ``()`` (with a logged note)."""
+        return self.task_for(state).gather()
+
+    def task_for(self, state: ContractClosed) -> CertificationTask:
+        """What certifying ``state`` reads, and nothing else of it (its run stays here)."""
         replay_input = state.validated.request.replay_input
-        if TARGET_CERTIFIED not in replay_input.proof_obligation_refs:
+        return CertificationTask(
+            self,
+            attempt_id=replay_input.attempt_id,
+            run_id=replay_input.run_id,
+            candidate_digest=replay_input.candidate_digest,
+            obligation_refs=replay_input.proof_obligation_refs,
+            candidate_frame=state.validated.candidate_frame,
+        )
+
+    def _gather(self, task: CertificationTask) -> tuple[ProofEvidence, ...]:
+        if TARGET_CERTIFIED not in task.obligation_refs:
             return ()
-        label = f"attempt {replay_input.attempt_id[:16]}"
+        label = f"attempt {task.attempt_id[:16]}"
         try:
-            return (self._certify(state),)
+            return (self._certify(task),)
         except _NoEvidence as reason:
             LOG.warning("%s: no %s evidence: %s", label, TARGET_CERTIFIED, reason)
         except Exception as exc:  # any failure of the shell is no evidence, never a verdict
@@ -206,23 +228,22 @@ class ExternalCertifier:
             )
         return ()
 
-    def _certify(self, state: ContractClosed) -> ProofEvidence:
-        replay_input = state.validated.request.replay_input
-        problem = certification_problem(state.validated.candidate_frame)
+    def _certify(self, task: CertificationTask) -> ProofEvidence:
+        problem = certification_problem(task.candidate_frame)
         if problem is None:
             raise _NoEvidence("the candidate frame has no certification problem")
         check_digest = self.check_digest
         plan = plan_verification(
             certification_spec(
-                candidate_digest=replay_input.candidate_digest,
-                author_session=author_session(replay_input.run_id),
+                candidate_digest=task.candidate_digest,
+                author_session=author_session(task.run_id),
                 problem=problem,
                 check_digest=check_digest,
             )
         )
         if isinstance(plan, Rejection):
             raise _NoEvidence(f"planning rejected: {plan.code.value}: {plan.message}")
-        outcome = self._run(replay_input.attempt_id, replay_input.candidate_digest, problem)
+        outcome = self._run(task.attempt_id, task.candidate_digest, problem)
         checked = outcome.metadata.checked
         ran = (checked.specification_digest, checked.check_digest)
         if outcome.status is Status.PASS and ran != (problem_digest(problem), check_digest):
@@ -233,7 +254,7 @@ class ExternalCertifier:
             )
         output = backend_output(
             outcome,
-            candidate_digest=replay_input.candidate_digest,
+            candidate_digest=task.candidate_digest,
             check_digest=check_digest,
             work_dir=self.work_dir,
         )
@@ -243,9 +264,7 @@ class ExternalCertifier:
         if isinstance(receipt, Rejection):
             raise _NoEvidence(f"sealing rejected: {receipt.code.value}: {receipt.message}")
         document = dumps(CertificationEvidence(plan.request, receipt))
-        (self.work_dir / replay_input.attempt_id / CERTIFICATION_RECORD).write_bytes(
-            document + b"\n"
-        )
+        (self.work_dir / task.attempt_id / CERTIFICATION_RECORD).write_bytes(document + b"\n")
         return ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE, document)
 
     def _run(self, attempt_id: str, candidate_digest: str, problem: str) -> RunOutcome:
@@ -288,3 +307,39 @@ class ExternalCertifier:
             raise _NoEvidence(f"attempt directory {attempt} is not empty (never reused)")
         return attempt
 
+
+
+def _names(_: object, attribute: attrs.Attribute[tuple[str, ...]], value: object) -> None:
+    if type(value) is not tuple or not all(type(item) is str for item in value):
+        raise TypeError(f"{attribute.name} must be a tuple of str")
+
+
+_TEXT: Final = attrs.validators.instance_of(str)
+
+
+@final
+@attrs.frozen
+class CertificationTask:
+    """One attempt's certification as it crosses the executor (``ExternalCertifier.task_for``).
+
+    It holds the certifier and what certifying reads of the contract-closed
+    state: the attempt's ids, its declared obligations and the exact
+    candidate frame; never the request or the run, so its pickled size does
+    not grow with the run (ADR-0008). The evidence it returns is bound to
+    the attempt by the driver, which kept the state.
+    """
+
+    certifier: ExternalCertifier = attrs.field(
+        validator=attrs.validators.instance_of(ExternalCertifier)
+    )
+    attempt_id: str = attrs.field(validator=_TEXT)
+    run_id: str = attrs.field(validator=_TEXT)
+    candidate_digest: str = attrs.field(validator=_TEXT)
+    obligation_refs: tuple[str, ...] = attrs.field(validator=_names)
+    candidate_frame: ProblemFrame = attrs.field(
+        validator=attrs.validators.instance_of(ProblemFrame)
+    )
+
+    def gather(self) -> tuple[ProofEvidence, ...]:
+        """One certification item, or ``()`` (with a logged note); never raises."""
+        return self.certifier._gather(self)

@@ -1,11 +1,13 @@
 """replay_bundle: every attempt of a search run, in canonical order, with gathered evidence.
 
-Theory of operation (ADR-0229 §5, §12; ADR-0002; ADR-0006):
+Theory of operation (ADR-0229 §5, §12; ADR-0002; ADR-0006; ADR-0008):
 
     for each request in GeometricSearchRun.candidate_attempts order:
         begin_attempt: validate -> replay_contract     (pure, here, in order)
-        ContractClosed: provider.gather                (impure, on the executor)
-        finish_attempt: replay_proofs -> dispose       (pure, here, in order)
+        ContractClosed: provider.task_for(state)       (here: what gathering reads)
+                        task.gather()                  (impure, on the executor)
+        finish_attempt: replay_proofs -> dispose       (pure, here, in order,
+                                                        over the state kept here)
 
 The two half-steps are the replay machine's own driver (the one
 ``replay_attempt`` runs); this module only decides where evidence is gathered.
@@ -14,10 +16,17 @@ The two half-steps are the replay machine's own driver (the one
   attempt against about 0.6 s for one certification), the authority
   manifest holds callables behind read-only mappings that need not cross a
   process boundary, and the verdict is then always computed by this
-  process's code, whatever ran the evidence (ADR-0008). Only
-  ``provider.gather`` (the slow, impure step) is submitted to the executor,
-  one task per contract-closed attempt, each submitted as soon as its
-  contract stage is done and all before any is awaited.
+  process's code, whatever ran the evidence (ADR-0008). Only evidence
+  gathering (the slow, impure step) is submitted to the executor, one task
+  per contract-closed attempt, each submitted as soon as its contract stage
+  is done and all before any is awaited.
+- What a task carries is the provider's ``task_for(state)`` (a
+  ``TaskProvider``: the attempt's ids, obligation refs and candidate frame
+  for the certifier, a few KB whatever the run's size), else the provider
+  and the whole state, whose request holds the whole run (about 175 bytes
+  per attempt of the run, per task). Either way the state stays here and
+  the evidence that comes back is bound to it by ``finish_attempt``, whose
+  authorities check it against that attempt's candidate and problem.
 - Evidence is stored by attempt index as tasks finish, and outcomes are
   built by index, never by completion order, so the result is the run's
   canonical order and byte-identical whichever executor
@@ -47,7 +56,7 @@ from typing import Final, assert_never, final
 
 import attrs
 
-from kernel.orchestrate._provider import EvidenceProvider
+from kernel.orchestrate._provider import EvidenceProvider, EvidenceTask, TaskProvider
 from kernel.replay import (
     AuthorityManifest,
     ContractClosed,
@@ -73,13 +82,29 @@ def _label(state: ContractClosed) -> str:
     return f"attempt {state.validated.request.replay_input.attempt_id[:16]}"
 
 
-def gather_safely(provider: EvidenceProvider, state: ContractClosed) -> tuple[ProofEvidence, ...]:
-    """``provider.gather(state)``; a raise is no evidence plus a note (module level: picklable)."""
+@final
+@attrs.frozen
+class _WholeState:
+    """The task for a provider with only ``gather(state)``: the state, whole run and all."""
+
+    provider: EvidenceProvider
+    state: ContractClosed
+
+    def gather(self) -> tuple[ProofEvidence, ...]:
+        return self.provider.gather(self.state)
+
+
+def _gather_safely(task: EvidenceTask, label: str) -> tuple[ProofEvidence, ...]:
     try:
-        return provider.gather(state)
+        return task.gather()
     except Exception as exc:  # a provider failure is never a verdict
-        LOG.warning("%s: evidence provider raised %s: %s", _label(state), type(exc).__name__, exc)
+        LOG.warning("%s: evidence provider raised %s: %s", label, type(exc).__name__, exc)
         return ()
+
+
+def gather_safely(provider: EvidenceProvider, state: ContractClosed) -> tuple[ProofEvidence, ...]:
+    """``provider.gather(state)``; a raise is no evidence plus a note."""
+    return _gather_safely(_WholeState(provider, state), _label(state))
 
 
 @final
@@ -116,11 +141,33 @@ def _captured_notes() -> Iterator[list[str]]:
         LOG.removeFilter(capture)
 
 
-def _gather_task(provider: EvidenceProvider, state: ContractClosed) -> _Gathered:
+def _gather_task(task: EvidenceTask, label: str) -> _Gathered:
     """The unit of work that crosses the executor (module level: picklable by reference)."""
     with _captured_notes() as notes:
-        evidence = gather_safely(provider, state)
+        evidence = _gather_safely(task, label)
     return _Gathered(evidence, tuple(notes))
+
+
+def _prepare(
+    provider: EvidenceProvider, tasks: TaskProvider | None, state: ContractClosed
+) -> tuple[EvidenceTask | None, tuple[str, ...]]:
+    """The task for ``state`` (``None`` if ``task_for`` raised) and the notes logged making it.
+
+    Runs in the driver. ``tasks`` is the provider when it is a
+    ``TaskProvider``: then only its task crosses the executor. Otherwise the
+    provider and the whole state do (ADR-0008).
+    """
+    if tasks is None:
+        return _WholeState(provider, state), ()
+    task: EvidenceTask | None = None
+    with _captured_notes() as notes:
+        try:
+            task = tasks.task_for(state)
+        except Exception as exc:  # as a raise in gather: no evidence, never a verdict
+            LOG.warning(
+                "%s: evidence provider raised %s: %s", _label(state), type(exc).__name__, exc
+            )
+    return task, tuple(notes)
 
 
 def _is_gathered(value: object) -> bool:
@@ -148,10 +195,10 @@ def _collect(future: Future[_Gathered], state: ContractClosed) -> _Gathered:
 
 
 def _submit(
-    executor: Executor, provider: EvidenceProvider, state: ContractClosed
+    executor: Executor, task: EvidenceTask, state: ContractClosed
 ) -> Future[_Gathered] | _Gathered:
     try:
-        return executor.submit(_gather_task, provider, state)
+        return executor.submit(_gather_task, task, _label(state))
     except Exception as exc:  # a broken pool, a task that cannot be pickled, a lost client
         return _Gathered(
             (), (f"{_label(state)}: evidence task not submitted {type(exc).__name__}: {exc}",)
@@ -168,10 +215,13 @@ def replay_requests(
 ) -> tuple[ReplayAdapterOutcome, ...]:
     """One outcome per request, in the order given (see the module docstring).
 
-    ``executor`` runs ``provider.gather`` per contract-closed attempt; ``None``
-    runs it inline, in order. The provider (and the states) must be picklable
-    for a process-based executor; when they are not, those attempts get no
-    evidence. ``progress(done, total)``, if given, is called in this thread.
+    ``executor`` gathers evidence per contract-closed attempt; ``None`` runs
+    it inline, in order. What it is handed is ``provider.task_for(state)``
+    for a ``TaskProvider`` (the size of one attempt's work), else the
+    provider and the whole state (which grows with the run). That must be
+    picklable for a process-based executor; when it is not, those attempts
+    get no evidence. ``progress(done, total)``, if given, is called in this
+    thread.
     """
     total = len(requests)
     done = 0
@@ -184,7 +234,10 @@ def replay_requests(
 
     if progress is not None:
         progress(0, total)
+    # Checked once per call: a TaskProvider's tasks are what cross the executor.
+    tasks = provider if isinstance(provider, TaskProvider) else None
     staged: list[ContractClosed | ReplayAdapterOutcome] = []
+    prepared_notes: dict[int, tuple[str, ...]] = {}
     gathered: dict[int, _Gathered] = {}
     pending: dict[Future[_Gathered], int] = {}
     # The run's facts are computed once per run object and passed to each of
@@ -196,11 +249,16 @@ def replay_requests(
         staged.append(stage)
         if not isinstance(stage, ContractClosed):
             advance()
+            continue
+        task, prepared_notes[index] = _prepare(provider, tasks, stage)
+        if task is None:
+            gathered[index] = _Gathered((), ())
+            advance()
         elif executor is None:
-            gathered[index] = _gather_task(provider, stage)
+            gathered[index] = _gather_task(task, _label(stage))
             advance()
         else:
-            submitted = _submit(executor, provider, stage)
+            submitted = _submit(executor, task, stage)
             if isinstance(submitted, _Gathered):
                 gathered[index] = submitted
                 advance()
@@ -220,7 +278,8 @@ def replay_requests(
         match stage:
             case ContractClosed():
                 result = gathered[index]
-                for note in result.notes:  # canonical order, whichever process logged it
+                # canonical order, whichever process logged it
+                for note in prepared_notes[index] + result.notes:
                     LOG.warning("%s", note)
                 outcomes.append(finish_attempt(stage, result.evidence))
             case ReplayAdapterResult() | ReplayAdapterRefusal():

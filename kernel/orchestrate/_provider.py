@@ -1,25 +1,42 @@
 """The evidence-provider seam between contract replay and proof replay.
 
-Rules (ADR-0002 "Evidence gathered outside the pure core", ADR-0006):
+Rules (ADR-0002 "Evidence gathered outside the pure core", ADR-0006, ADR-0008):
 
 - a provider is called only for a ``ContractClosed`` state, never after
   ``contract_refused`` or a refusal;
 - it returns the evidence it could gather, as a tuple of ``ProofEvidence``,
   and nothing for obligations it could not serve: the obligation's authority
   then reports ``unavailable`` and the attempt fails closed;
-- a provider must be picklable to cross a process boundary (a process pool
-  or Dask executor ships it with each attempt).
+- what crosses a process boundary must be picklable.
+
+Two shapes, one meaning:
+
+- ``EvidenceProvider``: ``gather(state)``. On an executor, the driver ships
+  the provider and the whole ``ContractClosed`` state with each task. The
+  state holds the request, and the request the whole search run, so each
+  task grows with the run (about 175 bytes per attempt of the run).
+- ``TaskProvider``: also ``task_for(state)``, called in the driver's process,
+  which returns an ``EvidenceTask``: a small picklable value holding only
+  what gathering reads, whose ``gather()`` runs on the executor. Its size
+  does not depend on the run's. ``provider.gather(state)`` must equal
+  ``provider.task_for(state).gather()`` (the kernel's providers implement
+  the first as the second), so choosing the executor never changes evidence.
+
+In both shapes the driver keeps the state and binds whatever comes back to
+that state's attempt (``finish_attempt``); the replay machine's authorities
+then check each item against the attempt's candidate and problem, so a task
+cannot hand evidence to any attempt but the one it was submitted for.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, final
+from typing import Protocol, final, runtime_checkable
 
 import attrs
 
 from kernel.replay import ContractClosed, ProofEvidence
 
-__all__ = ["EvidenceProvider", "NoEvidence"]
+__all__ = ["EvidenceProvider", "EvidenceTask", "NoEvidence", "TaskProvider"]
 
 
 class EvidenceProvider(Protocol):
@@ -30,6 +47,39 @@ class EvidenceProvider(Protocol):
         ...
 
 
+class EvidenceTask(Protocol):
+    """One attempt's evidence gathering, cut down to what it reads; runs on the executor."""
+
+    def gather(self) -> tuple[ProofEvidence, ...]:
+        """The evidence this task was made for; ``()`` when there is none."""
+        ...
+
+
+@runtime_checkable
+class TaskProvider(EvidenceProvider, Protocol):
+    """A provider that can hand the executor a task instead of the whole state.
+
+    ``task_for`` runs in the driver, once per contract-closed attempt, before
+    the task is submitted: it should be cheap and pure (it only selects what
+    the gathering reads), and a raise is no evidence plus a note, as a raise
+    in ``gather`` is.
+    """
+
+    def task_for(self, state: ContractClosed) -> EvidenceTask:
+        """The picklable task that gathers ``state``'s evidence."""
+        ...
+
+
+@final
+@attrs.frozen
+class _NothingToGather:
+    """The task of ``NoEvidence``: gathers nothing."""
+
+    def gather(self) -> tuple[ProofEvidence, ...]:
+        """Always ``()``."""
+        return ()
+
+
 @final
 @attrs.frozen
 class NoEvidence:
@@ -37,4 +87,8 @@ class NoEvidence:
 
     def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
         """Always ``()``."""
-        return ()
+        return self.task_for(state).gather()
+
+    def task_for(self, state: ContractClosed) -> EvidenceTask:
+        """A task that gathers nothing (a few bytes, whatever the run)."""
+        return _NothingToGather()
