@@ -8,6 +8,13 @@ the figures of a run do not depend on a random seed. The mutants the
 properties alone would catch are few; the exact-message tests of
 ``tests/test_mutants_*.py`` do the killing. ``HYPOTHESIS_PROFILE`` overrides.
 
+Under mutmut each test also starts with the kernel's per-class validation
+plans cold (``kernel/replay/_facts.py``), as a fresh process would. mutmut
+runs a mutant only against the tests it saw *execute* the mutated function;
+with a warm cache only the first test to validate each record class would
+reach the plan's computation, and its mutants would meet one test instead of
+every test that validates a record.
+
 The shared fixtures of ``tests/support/fixtures.py`` are registered here, for
 every module (a module opts in with ``pytest.mark.usefixtures``).
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.support.fixtures import no_leftovers
@@ -47,3 +55,14 @@ settings.register_profile(
 )
 _DEFAULT_PROFILE = "mutate" if "MUTANT_UNDER_TEST" in os.environ else "ci"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _DEFAULT_PROFILE))
+
+
+_UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
+
+
+@pytest.fixture(autouse=_UNDER_MUTMUT)
+def cold_validation_plans() -> None:
+    """Forget the per-class validation plans (autouse only under mutmut)."""
+    from kernel.replay import _facts
+
+    _facts._PLANS.clear()

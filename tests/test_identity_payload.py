@@ -23,6 +23,7 @@ records whose validators hold. Claims, each tested directly:
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import threading
 import uuid
@@ -62,6 +63,7 @@ from kernel.replay import (
 from kernel.replay._facts import validate_deep
 from kernel.serde import dumps, loads
 from kernel.upstream import ContractAssessment
+from tests.support import reference as independent
 from tests.test_identity_fast import DIFFERENTIAL_EXAMPLES, anything_like_json, texts
 
 BUNDLE = Path(__file__).resolve().parents[1] / "examples" / "replay" / "bundle.json"
@@ -453,3 +455,22 @@ def test_a_sealed_proof_outcome_is_the_same_on_the_payload_path(reason: str) -> 
         assert seal() == fast
     finally:
         set_fast_path(previous)
+
+
+@pytest.mark.parametrize("validators", ["on", "off"])
+def test_a_sealed_proof_outcome_has_the_id_recomputed_independently(validators: str) -> None:
+    # seal_proof_outcome digests its draft on the payload path only when the
+    # constructor's validators ran; with attrs' validators switched off it
+    # takes the reference path. Either way the id is the payload's digest.
+    proof = CORPUS[ProofOutcome]
+    assert isinstance(proof, ProofOutcome)
+    frame = CORPUS[ProblemFrame]
+    assert isinstance(frame, ProblemFrame)
+    context = ProofContext(proof.obligation_ref, proof.candidate_digest, frame,
+                           CORPUS[ContractAssessment], ())  # type: ignore[arg-type]
+    with attrs.validators.disabled() if validators == "off" else contextlib.nullcontext():
+        sealed = seal_proof_outcome(
+            context=context, authority_id="a", authority_version="v1",
+            status=ProofStatus.CLOSED, reason_codes=("ok",),
+        )
+    assert sealed.proof_outcome_id == independent.proof_outcome_id(sealed)
