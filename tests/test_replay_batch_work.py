@@ -23,7 +23,10 @@ from typing import Any
 import attrs
 import pytest
 
+from kernel.identity import MAX_INT_DIGITS
 from kernel.replay import (
+    ReasonCode,
+    ReplayAdapterRefusal,
     ReplayAdapterResult,
     ReplayBundle,
     _facts,
@@ -38,7 +41,7 @@ from kernel.replay import (
 )
 from kernel.replay._facts import RunFacts, facts_for, validate_deep
 from kernel.serde import dumps, loads
-from kernel.upstream import SearchChain
+from kernel.upstream import GeometricSearchRun, SearchChain
 from tests.replay_fixtures import CLOSING, CallLog, bundle_for, toy_chain, toy_manifest
 
 
@@ -244,3 +247,49 @@ def test_with_validators_off_the_document_path_does_the_examining_work(walks: Wa
     assert document == walks.by_kind
     assert document["GeometricSearchRun"] == 1
     assert document["CandidateAttempt"] == 4
+
+
+def _run_outside_the_domain(run: GeometricSearchRun) -> GeometricSearchRun:
+    # Each attempt's index one digit past the identity domain, set past the
+    # validators: the records are sound, their digests cannot be computed.
+    attempts = [attrs.evolve(a) for a in run.candidate_attempts]
+    for attempt in attempts:
+        object.__setattr__(attempt, "attempt_index", 10**MAX_INT_DIGITS)
+    altered = attrs.evolve(run)
+    object.__setattr__(altered, "candidate_attempts", tuple(attempts))
+    return altered
+
+
+def _run_not_valid(run: GeometricSearchRun) -> GeometricSearchRun:
+    altered = attrs.evolve(run)
+    object.__setattr__(altered, "run_policy_version", 5)
+    return altered
+
+
+@pytest.mark.parametrize(
+    ("defect", "reason"),
+    [
+        (_run_outside_the_domain, ReasonCode.RECORD_NOT_CANONICAL),
+        (_run_not_valid, ReasonCode.RECORD_STRUCTURE_INVALID),
+    ],
+    ids=["outside_the_domain", "not_valid"],
+)
+def test_a_defective_run_is_examined_once_for_the_batch_that_shares_it(
+    defect: Callable[[GeometricSearchRun], GeometricSearchRun], reason: ReasonCode, walks: Walks
+) -> None:
+    # A run that fails examination is refused for every attempt; the defect is
+    # found once and recorded in the batch's facts, not found again per attempt.
+    manifest = toy_manifest(CallLog())
+    chain = _chain(4)
+    run = defect(chain.run)
+    requests = [
+        attrs.evolve(r, run=run) for r in requests_from_bundle(bundle_for(chain, manifest))
+    ]
+    walks.by_id.clear()
+    outcomes = list(replay_attempts(requests, manifest))
+    refused = [o.reason_codes for o in outcomes if isinstance(o, ReplayAdapterRefusal)]
+    assert refused == [(reason.value,)] * 4
+    assert walks.of(run) == 1
+    for shared in _shared(chain):
+        for record in shared if type(shared) is tuple else (shared,):
+            assert walks.of(record) <= 1, f"shared {type(record).__name__} walked again"
