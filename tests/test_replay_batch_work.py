@@ -9,6 +9,10 @@ each record the batch shares exactly once, whatever the number of attempts.
 Facts that do not apply (forged, of another run) must make the run be walked
 again, and the per-class validation plan must be computed once per class.
 
+The last tests hold the walk itself on record shapes the kernel's records
+happen not to have (one field, no field), since the walk is generic over
+attrs records.
+
 Outcomes are not in question here (tests/test_mutants_replay.py holds that a
 forged or foreign fact never changes one); these tests fail when the
 optimisation is silently lost, which no outcome test can see.
@@ -293,3 +297,44 @@ def test_a_defective_run_is_examined_once_for_the_batch_that_shares_it(
     for shared in _shared(chain):
         for record in shared if type(shared) is tuple else (shared,):
             assert walks.of(record) <= 1, f"shared {type(record).__name__} walked again"
+
+
+# --- the walk itself, on record shapes the kernel's records do not have ------
+
+
+def _refuse_negative(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must not be negative, got {value}")
+
+
+@attrs.frozen
+class _One:
+    count: int = attrs.field(validator=_refuse_negative)
+
+
+@attrs.frozen
+class _Holder:
+    one: _One
+    nothing: _Nothing
+
+
+@attrs.frozen
+class _Nothing:
+    pass
+
+
+def test_the_walk_re_runs_the_validator_of_a_one_field_record() -> None:
+    # attrgetter of one name returns the value, not a 1-tuple: the walk must
+    # still hand the validator the field's value, and reach records inside.
+    validate_deep(_Holder(_One(3), _Nothing()))
+    broken = _One(3)
+    object.__setattr__(broken, "count", -1)
+    with pytest.raises(ValueError, match=r"^count must not be negative, got -1$"):
+        validate_deep(broken)
+    with pytest.raises(ValueError, match=r"^count must not be negative, got -1$"):
+        validate_deep(_Holder(broken, _Nothing()))
+
+
+def test_the_walk_accepts_a_record_with_no_fields() -> None:
+    validate_deep(_Nothing())
+    validate_deep((_Nothing(), _One(0)))
