@@ -8,11 +8,19 @@ interpreter, as the console script runs it (``tests/support/cli.py``).
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import re
 import shutil
+import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -119,3 +127,111 @@ def test_audit_reports_a_deleted_manifest_copy(finished_run: Path, tmp_path: Pat
     done = _kernel("audit", work)
     assert done.returncode == 3, done.stdout
     assert b"manifest.json" in done.stdout and b"NOT intact" in done.stdout
+
+
+# --- signals and a closed stdout ----------------------------------------------------
+
+
+def _stream_bundle(tmp_path: Path) -> list[bytes]:
+    """The shipped draft sealed as a bundle stream: its lines (header, run, attempts)."""
+    path = tmp_path / "stream.jsonl"
+    done = _kernel("bundle", DRAFT, "--layout", "stream", "-o", path)
+    assert done.returncode == 0, done.stderr
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def _unread(pipe: IO[bytes]) -> int:
+    """Bytes written to ``pipe`` that its reader has not read yet."""
+    (count,) = struct.unpack("i", fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0" * 4))
+    return int(count)
+
+
+def _started(argv: list[str | Path], stdin_lines: list[bytes], cwd: Path,
+             ready: str | None = None) -> subprocess.Popen[bytes]:
+    """A real ``kernel`` that has read all of ``stdin_lines`` (and made ``ready`` in ``cwd``).
+
+    The pipe is left open: the command waits for the rest of its input, so a
+    signal sent now finds it in the middle of its work (its handlers are in
+    place: it reads stdin only once a command runs), whatever the machine's speed.
+    """
+    process = subprocess.Popen([sys.executable, "-c", KERNEL_MAIN, *map(str, argv)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=cwd)
+    assert process.stdin is not None
+    process.stdin.write(b"".join(stdin_lines))
+    process.stdin.flush()
+    deadline = time.monotonic() + 60
+    while _unread(process.stdin) or (
+            ready is not None and not any(p.name.startswith(ready) for p in cwd.iterdir())):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr
+        time.sleep(0.02)
+    return process
+
+
+@pytest.mark.parametrize(("signum", "code", "name"), [(signal.SIGINT, 130, "SIGINT"),
+                                                      (signal.SIGTERM, 143, "SIGTERM")])
+def test_an_interrupted_replay_removes_its_unfinished_outcome_file(
+    tmp_path: Path, signum: int, code: int, name: str
+) -> None:
+    # SIGTERM used to kill the process outright (exit -15, no message): the
+    # unfinished .outcomes.jsonl.* stayed beside where the real file goes.
+    lines = _stream_bundle(tmp_path)  # header, the run's 4 attempts, then 4 inputs
+    process = _started(["replay", "-", "-o", "outcomes.jsonl"], lines[:-2], tmp_path,
+                       ".outcomes.jsonl.")
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert re.fullmatch(f"error: interrupted: {name} after [0-2] of 4 attempts; no summary; "
+                        "no outcome file written\n", stderr.decode()), stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stream.jsonl"]
+
+
+@pytest.mark.parametrize(("signum", "code", "name"), [(signal.SIGINT, 130, "SIGINT"),
+                                                      (signal.SIGTERM, 143, "SIGTERM")])
+def test_any_command_interrupted_says_so_in_one_line(
+    tmp_path: Path, signum: int, code: int, name: str
+) -> None:
+    # `kernel bundle` has no handler of its own: SIGINT used to exit 130 in
+    # silence and SIGTERM to kill it (no message, no clean-up).
+    header = json.loads(DRAFT.read_bytes())
+    candidates = header.pop("candidates")
+    lines = [json.dumps({"format": "replay-kernel.draft-stream.v1", "header": header}).encode()
+             + b"\n", json.dumps(candidates[0]).encode() + b"\n"]
+    process = _started(["bundle", "-", "-o", "bundle.jsonl"], lines, tmp_path)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert stderr.decode() == (f"error: interrupted: {name}; the output is incomplete and no "
+                               "output file was written\n")
+    assert not (tmp_path / "bundle.jsonl").exists()
+
+
+def _with_closed_stdout(*args: str | Path) -> subprocess.CompletedProcess[bytes]:
+    """The command with a stdout whose reader is gone (``| head -1`` after its line)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-c", KERNEL_MAIN, *map(str, args)],
+                              stdout=write_end, stderr=subprocess.PIPE, timeout=120,
+                              check=False)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("args", [["replay", EXAMPLE, "-f", "jsonl"], ["replay", EXAMPLE],
+                                  ["digest", EXAMPLE], ["schema", "--list"],
+                                  ["bundle", DRAFT]])
+def test_a_closed_stdout_is_exit_141_in_one_line_never_exit_1(args: list[str | Path]) -> None:
+    # It used to exit 1 ("the policy does not hold") in silence, hiding the
+    # shipped bundle's integrity failure (exit 3) behind a policy verdict.
+    done = _with_closed_stdout(*args)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == (b"error: broken_pipe: stdout was closed by its reader; "
+                           b"the output is incomplete\n")
+
+
+def test_a_closed_stdout_leaves_no_outcome_file(tmp_path: Path) -> None:
+    out = tmp_path / "outcomes.jsonl"
+    done = _with_closed_stdout("replay", EXAMPLE, "-f", "jsonl", "-o", out)
+    assert done.returncode == 141
+    assert list(tmp_path.iterdir()) == []

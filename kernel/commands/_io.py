@@ -135,6 +135,11 @@ class OutputFile:
     def write(self, data: bytes) -> None:
         try:
             self._handle.write(data)
+        except BrokenPipeError:
+            if self._stdout:
+                raise  # the reader left (| head): exit 141 at the top, not a refusal
+            self.discard()
+            refuse("unwritable_output", f"{self.path}: broken pipe")
         except OSError as exc:
             self.discard()
             refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")

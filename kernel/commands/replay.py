@@ -28,6 +28,7 @@ from typing import Annotated, assert_never
 import typer
 
 from kernel.bundles import BundleStreamError, ReadyAttempt, RefusedAttempt, outcome_line
+from kernel.commands._io import is_stdio
 from kernel.commands._outcomes import (
     Emitter,
     FailOnOption,
@@ -41,7 +42,7 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
-from kernel.commands._verdict import EXIT_SIGINT
+from kernel.commands._signals import interruption
 from kernel.organs import builtin_manifest
 from kernel.replay import (
     ReplayAdapterOutcome,
@@ -134,11 +135,15 @@ def register(app: typer.Typer) -> None:
                     emitter.add(item.attempt_index, item.attempt_id, outcome)
             except BundleStreamError as exc:
                 stream_error(bundle_path, exc)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (kernel.commands._signals)
                 # Leaving the block discards the unfinished --out file.
-                typer.echo(f"error: interrupted: SIGINT after {emitter.tally.total} of {total} "
-                           "attempts; no outcome file written", err=True)
-                raise typer.Exit(EXIT_SIGINT) from None
+                name, exit_code = interruption(exc)
+                where = ("the outcome lines on stdout are incomplete"
+                         if chosen is OutputFormat.JSONL else "no summary")
+                written = "" if out is None or is_stdio(out) else "; no outcome file written"
+                typer.echo(f"error: interrupted: {name} after {emitter.tally.total} of {total} "
+                           f"attempts; {where}{written}", err=True)
+                raise typer.Exit(exit_code) from None
             code = emitter.finish()
         if code:
             raise typer.Exit(code)

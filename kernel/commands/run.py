@@ -59,7 +59,8 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
-from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_SIGINT, EXIT_SIGTERM, FailOn
+from kernel.commands._signals import Terminated, interruption
+from kernel.commands._verdict import EXIT_INTEGRITY, FailOn
 from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
     RUN_ID,
@@ -175,7 +176,7 @@ _METADATA_LIMIT = 1 << 20
 _ATTEMPT_DIR = re.compile(r"[0-9a-f]{64}")
 
 
-class _Terminated(KeyboardInterrupt):
+class _Terminated(Terminated):
     """SIGTERM, unwound like Ctrl-C (so every cleanup runs) but told apart at the top."""
 
 
@@ -440,8 +441,7 @@ def register(app: typer.Typer) -> None:
                         stream_error(bundle_path, exc)
                     code = emitter.finish()
             except KeyboardInterrupt as exc:
-                terminated = isinstance(exc, _Terminated)
-                name = "SIGTERM" if terminated else "SIGINT"
+                name, exit_code = interruption(exc)
                 # What --resume will keep: the complete lines on disk (the signal
                 # may have come between a chunk's write and the count).
                 log.flush()
@@ -450,7 +450,7 @@ def register(app: typer.Typer) -> None:
                     json.dumps({"signal": name, "outcomes_recorded": done}) + "\n")
                 typer.echo(f"error: interrupted: {name} after {done} of {total} attempts; "
                            f"continue with --resume --work-dir {work_dir}", err=True)
-                raise typer.Exit(EXIT_SIGTERM if terminated else EXIT_SIGINT) from None
+                raise typer.Exit(exit_code) from None
         (root / INTERRUPTED_FILE).unlink(missing_ok=True)
         if code:
             raise typer.Exit(code)
