@@ -235,3 +235,58 @@ def test_a_closed_stdout_leaves_no_outcome_file(tmp_path: Path) -> None:
     done = _with_closed_stdout("replay", EXAMPLE, "-f", "jsonl", "-o", out)
     assert done.returncode == 141
     assert list(tmp_path.iterdir()) == []
+
+
+# --- paths and help ------------------------------------------------------------------
+
+
+def test_check_pins_refuses_a_path_that_is_not_utf8_in_one_line(tmp_path: Path) -> None:
+    # It used to end in a traceback (IdentityError: lone_surrogate), exit 1.
+    name = os.fsencode(tmp_path) + b"/tool-\xff\xfe"
+    with open(name, "wb") as handle:
+        handle.write(b"#!/bin/sh\n")
+    done = _kernel("check", "pins", name)
+    assert done.returncode == 2 and done.stdout == b""
+    _one_line_error(done, "path_not_utf8")
+
+
+def test_digest_names_a_bundle_stream_instead_of_calling_it_malformed(tmp_path: Path) -> None:
+    # A stream was refused as "malformed_json: line 2 column 1: Extra data".
+    stream = b"".join(_stream_bundle(tmp_path))
+    for args, stdin in ((["digest", tmp_path / "stream.jsonl"], None), (["digest", "-"], stream)):
+        done = _kernel(*args, stdin=stdin)
+        assert done.returncode == 2 and done.stdout == b""
+        _one_line_error(done, "bundle_stream_not_supported")
+        assert b"kernel replay reads streams" in done.stderr
+
+
+def test_audit_names_a_bundle_stream_given_as_its_bundle(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    _stream_bundle(tmp_path)
+    done = _kernel("audit", finished_run, "--outcomes", finished_run / "outcomes.jsonl",
+                   "--bundle", tmp_path / "stream.jsonl")
+    assert done.returncode == 2 and done.stdout == b""
+    _one_line_error(done, "bundle_stream_not_supported")
+
+
+def _subcommands() -> list[list[str]]:
+    from kernel.cli import COMMANDS
+
+    groups = {"check": ["run", "replay", "identity", "pins"], "verify": ["plan", "seal", "gate"]}
+    return [[name, *([sub] if sub else [])] for name in sorted(COMMANDS)
+            for sub in groups.get(name, [""])]
+
+
+@pytest.mark.parametrize("command", _subcommands(), ids=" ".join)
+def test_every_command_s_help_gives_exit_codes_and_an_example_in_plain_text(
+    command: list[str],
+) -> None:
+    # `check` and `verify` were drawn in rich boxes that cut long option help
+    # with an ellipsis ("containment_unavailab…"); no command gave an example.
+    done = _kernel(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.decode()
+    assert text.startswith(f"Usage: kernel {' '.join(command)} ")
+    assert "Exit" in text and f"Example: kernel {' '.join(command)}" in " ".join(text.split())
+    assert not any(mark in text for mark in "…╭│╰"), text

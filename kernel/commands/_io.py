@@ -17,6 +17,7 @@ from typing import BinaryIO, NoReturn, TypeVar
 
 import typer
 
+from kernel.bundles import BUNDLE_LIMITS, is_stream_header
 from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, loads
 
 T = TypeVar("T")
@@ -68,6 +69,26 @@ def read_bounded(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
     if is_stdio(path):
         _stdin_bytes[limit] = data
     return data
+
+
+def refuse_a_stream(path: Path, hint: str) -> None:
+    """Refuse a bundle stream where one JSON document is read, saying so (exit 2).
+
+    Without it a stream is refused as malformed JSON ("Extra data") or, past
+    the document limit, as too large: true, but no help to whoever holds one.
+    """
+    if is_stdio(path):
+        first = read_bounded(path).split(b"\n", 1)[0]
+    else:
+        handle = open_input(path)
+        try:
+            first = handle.readline(BUNDLE_LIMITS.line_bytes + 1)
+        except OSError as exc:
+            refuse("unreadable_file", f"{path}: {exc.strerror or exc}")
+        finally:
+            handle.close()
+    if is_stream_header(first):
+        refuse("bundle_stream_not_supported", f"{path}: a bundle stream (JSON Lines); {hint}")
 
 
 def read_document(path: Path, cls: type[T]) -> T:

@@ -41,7 +41,9 @@ Exit codes (README "Exit codes"): 0 signed; 2 input refused (not a stored
 run, a missing --outcomes for a work directory, a key that is unreadable,
 not Ed25519 or readable by others); 3 integrity: the run does not audit
 intact, so nothing is written (error code run_not_intact). Each refusal is
-one line 'error: <code>: <message>' on stderr."""
+one line 'error: <code>: <message>' on stderr.
+
+Example: kernel attest runs/1 --key keys/attest.pem --outcomes out/outcomes.jsonl"""
 
 _KEYGEN_HELP = """Create an Ed25519 key pair for `kernel attest` as PEM files.
 
@@ -50,7 +52,9 @@ symlink) with mode 0600; the public key with the user's umask. Prints the
 key id (securesystemslib's default key id, which in-toto tools match).
 
 Exit codes: 0 created; 2 a file exists or cannot be written, or the
-`attest` extra (cryptography) is not installed."""
+`attest` extra (cryptography) is not installed.
+
+Example: kernel attest-keygen keys/attest.pem keys/attest.pub"""
 
 
 def register(app: typer.Typer) -> None:

@@ -64,6 +64,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help like every other command: rich's boxes cut long option help
+    # with an ellipsis (--max-containment's reason code was lost).
+    rich_markup_mode=None,
 )
 check_pins.register(app)
 
@@ -156,6 +159,8 @@ def run_command(
     PASS only for an accepting, valid, bound receipt from a checker that exited
     0; anything else is BLOCKED with a reason code. Exit 0 PASS, 1 BLOCKED,
     2 usage error or input refused.
+
+    Example: kernel check run manifest.json CHECK_ID --job job.json --run-root runs
     """
 
     def action() -> None:
@@ -224,6 +229,8 @@ def replay_command(
     The stored status and receipt are ignored; the result lands in
     RUN_DIR/replays/<replay id>. Exit 0 PASS, 1 BLOCKED, 2 usage error or
     input refused.
+
+    Example: kernel check replay runs/RUN_ID --manifest manifest.json --repo .
     """
 
     def action() -> None:
@@ -255,6 +262,8 @@ def identity_command(
 
     Exit 0 identity built; 1 BLOCKED (a pin does not hold: reason
     pin_mismatch); 2 usage error or input refused.
+
+    Example: kernel check identity manifest.json CHECK_ID
     """
 
     def action() -> None:

@@ -65,7 +65,10 @@ line names its attempt: {"attempt_id", "attempt_index", "outcome"}.
 Exit codes: 0 intact and no outcome in a --fail-on class; 1 an outcome in a
 selected --fail-on class; 2 usage error or bundle refused at the boundary
 (no outcome file written); 3 integrity (candidate_identity_mismatch or
-invalid_replay_input: the input is not what the run recorded).
+invalid_replay_input: the input is not what the run recorded); 130/143
+interrupted (no outcome file written); 141 stdout closed early.
+
+Example: kernel replay bundle.json -o out/outcomes.jsonl --fail-on blocked
 """
 
 

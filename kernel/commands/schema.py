@@ -460,6 +460,8 @@ def register(app: typer.Typer) -> None:
         """Print the JSON Schema (draft 2020-12) of a document the kernel reads or writes.
 
         Exit codes: 0 printed or written; 2 usage error or unknown schema name.
+
+        Example: kernel schema replay-bundle
         """
         if list_names:
             for known in schema_names():
