@@ -290,3 +290,25 @@ def test_every_command_s_help_gives_exit_codes_and_an_example_in_plain_text(
     assert text.startswith(f"Usage: kernel {' '.join(command)} ")
     assert "Exit" in text and f"Example: kernel {' '.join(command)}" in " ".join(text.split())
     assert not any(mark in text for mark in "…╭│╰"), text
+
+
+def test_audit_reports_an_outcomes_file_cut_short_without_a_bundle(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    # Each remaining line is sound, so this audited intact (exit 0) unless
+    # --bundle was given: an interrupted run's log passed as the run's outcomes.
+    lines = (finished_run / "outcomes.jsonl").read_bytes().splitlines(keepends=True)
+    cut = tmp_path / "outcomes.jsonl"
+    cut.write_bytes(b"".join(lines[:-1]))
+    whole = _kernel("audit", finished_run, "--outcomes", finished_run / "outcomes.jsonl")
+    assert whole.returncode == 0, whole.stdout
+    done = _kernel("audit", finished_run, "--outcomes", cut)
+    assert done.returncode == 3, done.stdout
+    assert b"outcome_mismatch outcomes.jsonl outcome count" in done.stdout
+
+
+def test_audit_of_a_missing_directory_says_it_is_missing(tmp_path: Path) -> None:
+    done = _kernel("audit", tmp_path / "nowhere")
+    assert done.returncode == 2
+    _one_line_error(done, "not_a_directory")
+    assert done.stderr.endswith(b"nowhere: no such directory\n")
