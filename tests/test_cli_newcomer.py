@@ -312,3 +312,12 @@ def test_audit_of_a_missing_directory_says_it_is_missing(tmp_path: Path) -> None
     assert done.returncode == 2
     _one_line_error(done, "not_a_directory")
     assert done.stderr.endswith(b"nowhere: no such directory\n")
+
+
+def test_schema_write_onto_a_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    # It used to end in a traceback (FileExistsError from mkdir), exit 1.
+    taken = tmp_path / "schemas"
+    taken.write_bytes(b"")
+    done = _kernel("schema", "--write", taken)
+    assert done.returncode == 2 and done.stdout == b""
+    _one_line_error(done, "unwritable_output")
