@@ -321,3 +321,17 @@ def test_schema_write_onto_a_file_is_refused_in_one_line(tmp_path: Path) -> None
     done = _kernel("schema", "--write", taken)
     assert done.returncode == 2 and done.stdout == b""
     _one_line_error(done, "unwritable_output")
+
+
+@pytest.mark.parametrize("args", [["check", "identity", "-", "CHECK"], ["audit", "-"],
+                                  ["attest", "RUN", "--key", "-"],
+                                  ["attest-keygen", "-", "key.pub"],
+                                  ["check", "replay", "-", "--manifest", "m", "--repo", "."]])
+def test_dash_where_a_named_file_is_needed_is_refused_as_such(
+    args: list[str], tmp_path: Path
+) -> None:
+    # '-' was looked up as a file named '-' ("No such file or directory").
+    done = _kernel(*args, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == b""
+    _one_line_error(done, "stdin_not_supported")
+    assert list(tmp_path.iterdir()) == []

@@ -35,6 +35,21 @@ def is_stdio(path: Path | str | None) -> bool:
     return path is not None and str(path) == STDIO
 
 
+def refuse_stdio(**paths: Path | None) -> None:
+    """Refuse ``-`` where a command needs a named file or directory (exit 2).
+
+    A run directory, a manifest (its folder is the default repository), a
+    key or a signed envelope is read by name: ``-`` there used to be looked up
+    as a file called ``-`` ("No such file or directory", or a file of that
+    name written). Keyword names are the options' (``run_dir`` -> RUN_DIR).
+    """
+    for name, path in paths.items():
+        if is_stdio(path):
+            label = name.upper() if name.isupper() else f"--{name.replace('_', '-')}"
+            refuse("stdin_not_supported",
+                   f"{label}: '-' (stdin/stdout) is not accepted here; name the file or directory")
+
+
 def open_input(path: Path) -> BinaryIO:
     """A binary handle on ``path`` (``-``: stdin); a device, FIFO or directory is refused."""
     if is_stdio(path):

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from kernel.commands._io import read_document, refuse
+from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
 from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_USAGE
 from kernel.orchestrate import (
     ATTESTATION_FILE,
@@ -75,7 +75,14 @@ def register(app: typer.Typer) -> None:
             "--out", metavar="FILE",
             help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}).")] = None,
     ) -> None:
-        loaded = read_document(bundle, ReplayBundle) if bundle is not None else None
+        refuse_stdio(RUN_DIR=run_dir, key=key, outcomes=outcomes, out=out)
+        if key.is_dir():  # was reported as unwritable_output (IsADirectoryError)
+            refuse("key_unreadable", f"{key}: a directory, not a key file")
+        loaded = None
+        if bundle is not None:
+            refuse_a_stream(bundle, "kernel attest --bundle reads a single-document bundle "
+                            "(kernel bundle --layout document writes one)")
+            loaded = read_document(bundle, ReplayBundle)
         try:
             private_key = load_private_key(key)
             target = attest_run(run_dir, private_key, outcomes=outcomes, bundle=loaded, out=out)
@@ -95,6 +102,7 @@ def register(app: typer.Typer) -> None:
         public_path: Annotated[Path, typer.Argument(
             metavar="PUBLIC_PEM", help="New public key file.")],
     ) -> None:
+        refuse_stdio(PRIVATE_PEM=private_path, PUBLIC_PEM=public_path)
         try:
             typer.echo(generate_key_pair(private_path, public_path))
         except AttestationError as exc:

@@ -14,7 +14,7 @@ from typing import Annotated, assert_never
 
 import typer
 
-from kernel.commands._io import read_document, refuse, refuse_a_stream
+from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.identity import canonical_json
 from kernel.orchestrate import (
@@ -106,6 +106,8 @@ def register(app: typer.Typer) -> None:
             "--format", help="text (one line per mismatch and a verdict) or json.")
         ] = OutputFormat.TEXT,
     ) -> None:
+        refuse_stdio(RUN_DIR=run_dir, outcomes=outcomes, verify_key=verify_key,
+                     attestation=attestation)
         loaded = None
         if bundle is not None:
             refuse_a_stream(bundle, "kernel audit --bundle reads a single-document bundle "

@@ -31,6 +31,7 @@ import typer
 
 from kernel.commands import check_pins
 from kernel.commands._io import refuse as _refuse
+from kernel.commands._io import refuse_stdio
 from kernel.external import (
     Cancellation,
     ContainmentLevel,
@@ -163,6 +164,8 @@ def run_command(
     Example: kernel check run manifest.json CHECK_ID --job job.json --run-root runs
     """
 
+    refuse_stdio(MANIFEST=manifest, job=job, run_root=run_root, repo=repo)
+
     def action() -> None:
         limits = _limits(producer_timeout, checker_timeout)
         root = repo if repo is not None else manifest.resolve().parent
@@ -233,6 +236,8 @@ def replay_command(
     Example: kernel check replay runs/RUN_ID --manifest manifest.json --repo .
     """
 
+    refuse_stdio(RUN_DIR=run_dir, manifest=manifest, repo=repo)
+
     def action() -> None:
         limits = _limits(checker_timeout, checker_timeout)
         with _cancel_on_signals() as cancel:
@@ -265,6 +270,8 @@ def identity_command(
 
     Example: kernel check identity manifest.json CHECK_ID
     """
+
+    refuse_stdio(MANIFEST=manifest, repo=repo)
 
     def action() -> None:
         root = repo if repo is not None else manifest.resolve().parent
