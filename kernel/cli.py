@@ -215,11 +215,18 @@ def main() -> None:
     if sys.argv[1:] in _VERSION_FLAGS:  # answered before typer, click or rich is imported
         print(_version())
         return
-    import typer
+    try:
+        import typer
 
-    app = __getattr__("app")
-    assert isinstance(app, typer.Typer)
-    typer.main.get_command(app).main(prog_name="kernel")
+        app = __getattr__("app")
+        assert isinstance(app, typer.Typer)
+        command = typer.main.get_command(app)
+    except KeyboardInterrupt:
+        # Ctrl-C while the command line is still being imported (the first
+        # few hundred ms): nothing was read or written yet; no traceback.
+        print("error: interrupted: SIGINT; nothing was done", file=sys.stderr)
+        sys.exit(130)
+    command.main(prog_name="kernel")
 
 
 if __name__ == "__main__":

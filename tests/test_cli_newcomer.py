@@ -335,3 +335,23 @@ def test_dash_where_a_named_file_is_needed_is_refused_as_such(
     assert done.returncode == 2 and done.stdout == b""
     _one_line_error(done, "stdin_not_supported")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_while_the_command_line_is_imported_is_one_line_exit_130() -> None:
+    # A Ctrl-C in the first few hundred milliseconds (typer, the command
+    # modules being imported) ended in a traceback. Made deterministic here:
+    # the import of typer itself is interrupted.
+    code = ("import builtins, sys\n"
+            "real = builtins.__import__\n"
+            "def interrupted(name, *args, **kwargs):\n"
+            "    if name == 'typer':\n"
+            "        raise KeyboardInterrupt\n"
+            "    return real(name, *args, **kwargs)\n"
+            "builtins.__import__ = interrupted\n"
+            "from kernel.cli import main\n"
+            "sys.argv = ['kernel', 'replay', '--help']\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          check=False)
+    assert done.returncode == 130
+    assert done.stderr == b"error: interrupted: SIGINT; nothing was done\n"
