@@ -15,7 +15,8 @@ Exit codes shared by every command (README "Exit codes", adr/0013):
 - 2: usage error or input refused at the boundary, as one line
   ``error: <code>: <message>`` on stderr, never a traceback;
 - 3: integrity: the input is not what was recorded (identity mismatch);
-- 130 / 143: interrupted by SIGINT / SIGTERM.
+- 130 / 143: interrupted by SIGINT / SIGTERM (an unfinished output file is removed);
+- 141: stdout was closed by its reader (``| head``): the output is incomplete.
 """
 
 from __future__ import annotations
@@ -56,7 +57,11 @@ _HELP: Final = (
     "replay-kernel: fail-closed candidate replay and verification.\n\n"
     "Exit codes: 0 intact and the policy holds; 1 negative verdict (--fail-on, BLOCKED); "
     "2 usage error or input refused at the boundary; 3 integrity (the input is not what "
-    "was recorded); 130/143 interrupted (SIGINT/SIGTERM).\n\n"
+    "was recorded); 130/143 interrupted (SIGINT/SIGTERM); 141 stdout closed early "
+    "(| head): output incomplete. Errors are one line 'error: <code>: <message>' on "
+    "stderr.\n\n"
+    "Paths: - is stdin (input) or stdout (--out). Each command's --help gives its input, "
+    "output, exit codes and an example, e.g. kernel replay --help.\n\n"
     "Shell completion: kernel --install-completion, or kernel --show-completion SHELL "
     "(bash, zsh, fish, powershell) to print the script."
 )
@@ -121,6 +126,27 @@ def _build_app() -> typer.Typer:
             rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+        def invoke(self, ctx: click.Context) -> Any:
+            # Reached only when a command runs (never for --help or --version).
+            from kernel.commands import _signals
+
+            _signals.terminate_as_interrupt()
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt as exc:
+                # Commands that can say more (replay, run) catch it themselves;
+                # the ``with`` blocks unwound on the way here removed any
+                # unfinished --out file.
+                name, code = _signals.interruption(exc)
+                click.echo(f"error: interrupted: {name}; the output is incomplete and no "
+                           "output file was written", err=True)
+                raise typer.Exit(code) from None
+            except BrokenPipeError:
+                _signals.silence_stdout()
+                click.echo("error: broken_pipe: stdout was closed by its reader; the output "
+                           "is incomplete", err=True)
+                raise typer.Exit(_signals.EXIT_SIGPIPE) from None
 
         def main(self, *args: Any, **kwargs: Any) -> Any:
             standalone = kwargs.pop("standalone_mode", True)
@@ -189,11 +215,18 @@ def main() -> None:
     if sys.argv[1:] in _VERSION_FLAGS:  # answered before typer, click or rich is imported
         print(_version())
         return
-    import typer
+    try:
+        import typer
 
-    app = __getattr__("app")
-    assert isinstance(app, typer.Typer)
-    typer.main.get_command(app).main(prog_name="kernel")
+        app = __getattr__("app")
+        assert isinstance(app, typer.Typer)
+        command = typer.main.get_command(app)
+    except KeyboardInterrupt:
+        # Ctrl-C while the command line is still being imported (the first
+        # few hundred ms): nothing was read or written yet; no traceback.
+        print("error: interrupted: SIGINT; nothing was done", file=sys.stderr)
+        sys.exit(130)
+    command.main(prog_name="kernel")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import BinaryIO, NoReturn, TypeVar
 
 import typer
 
+from kernel.bundles import BUNDLE_LIMITS, is_stream_header
 from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, loads
 
 T = TypeVar("T")
@@ -32,6 +33,21 @@ def refuse(code: str, message: str, *, exit_code: int = 2) -> NoReturn:
 
 def is_stdio(path: Path | str | None) -> bool:
     return path is not None and str(path) == STDIO
+
+
+def refuse_stdio(**paths: Path | None) -> None:
+    """Refuse ``-`` where a command needs a named file or directory (exit 2).
+
+    A run directory, a manifest (its folder is the default repository), a
+    key or a signed envelope is read by name: ``-`` there used to be looked up
+    as a file called ``-`` ("No such file or directory", or a file of that
+    name written). Keyword names are the options' (``run_dir`` -> RUN_DIR).
+    """
+    for name, path in paths.items():
+        if is_stdio(path):
+            label = name.upper() if name.isupper() else f"--{name.replace('_', '-')}"
+            refuse("stdin_not_supported",
+                   f"{label}: '-' (stdin/stdout) is not accepted here; name the file or directory")
 
 
 def open_input(path: Path) -> BinaryIO:
@@ -68,6 +84,26 @@ def read_bounded(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
     if is_stdio(path):
         _stdin_bytes[limit] = data
     return data
+
+
+def refuse_a_stream(path: Path, hint: str) -> None:
+    """Refuse a bundle stream where one JSON document is read, saying so (exit 2).
+
+    Without it a stream is refused as malformed JSON ("Extra data") or, past
+    the document limit, as too large: true, but no help to whoever holds one.
+    """
+    if is_stdio(path):
+        first = read_bounded(path).split(b"\n", 1)[0]
+    else:
+        handle = open_input(path)
+        try:
+            first = handle.readline(BUNDLE_LIMITS.line_bytes + 1)
+        except OSError as exc:
+            refuse("unreadable_file", f"{path}: {exc.strerror or exc}")
+        finally:
+            handle.close()
+    if is_stream_header(first):
+        refuse("bundle_stream_not_supported", f"{path}: a bundle stream (JSON Lines); {hint}")
 
 
 def read_document(path: Path, cls: type[T]) -> T:
@@ -135,6 +171,11 @@ class OutputFile:
     def write(self, data: bytes) -> None:
         try:
             self._handle.write(data)
+        except BrokenPipeError:
+            if self._stdout:
+                raise  # the reader left (| head): exit 141 at the top, not a refusal
+            self.discard()
+            refuse("unwritable_output", f"{self.path}: broken pipe")
         except OSError as exc:
             self.discard()
             refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")

@@ -37,6 +37,9 @@ from typing import Final, assert_never
 
 import attrs
 
+from kernel.commands._signals import EXIT_SIGINT as EXIT_SIGINT  # one table of exit codes
+from kernel.commands._signals import EXIT_SIGPIPE as EXIT_SIGPIPE
+from kernel.commands._signals import EXIT_SIGTERM as EXIT_SIGTERM
 from kernel.replay import (
     ReplayAdapterOutcome,
     ReplayAdapterRefusal,
@@ -49,8 +52,6 @@ EXIT_OK: Final = 0
 EXIT_POLICY: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTEGRITY: Final = 3
-EXIT_SIGINT: Final = 130
-EXIT_SIGTERM: Final = 143
 
 D = ReplayDisposition
 LIST_LIMIT: Final = 50  # attempts the summary names; the rest are counted (memory stays flat)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from kernel.commands._io import read_document, refuse
+from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
 from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_USAGE
 from kernel.orchestrate import (
     ATTESTATION_FILE,
@@ -41,7 +41,9 @@ Exit codes (README "Exit codes"): 0 signed; 2 input refused (not a stored
 run, a missing --outcomes for a work directory, a key that is unreadable,
 not Ed25519 or readable by others); 3 integrity: the run does not audit
 intact, so nothing is written (error code run_not_intact). Each refusal is
-one line 'error: <code>: <message>' on stderr."""
+one line 'error: <code>: <message>' on stderr.
+
+Example: kernel attest runs/1 --key keys/attest.pem --outcomes out/outcomes.jsonl"""
 
 _KEYGEN_HELP = """Create an Ed25519 key pair for `kernel attest` as PEM files.
 
@@ -50,7 +52,9 @@ symlink) with mode 0600; the public key with the user's umask. Prints the
 key id (securesystemslib's default key id, which in-toto tools match).
 
 Exit codes: 0 created; 2 a file exists or cannot be written, or the
-`attest` extra (cryptography) is not installed."""
+`attest` extra (cryptography) is not installed.
+
+Example: kernel attest-keygen keys/attest.pem keys/attest.pub"""
 
 
 def register(app: typer.Typer) -> None:
@@ -71,7 +75,14 @@ def register(app: typer.Typer) -> None:
             "--out", metavar="FILE",
             help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}).")] = None,
     ) -> None:
-        loaded = read_document(bundle, ReplayBundle) if bundle is not None else None
+        refuse_stdio(RUN_DIR=run_dir, key=key, outcomes=outcomes, out=out)
+        if key.is_dir():  # was reported as unwritable_output (IsADirectoryError)
+            refuse("key_unreadable", f"{key}: a directory, not a key file")
+        loaded = None
+        if bundle is not None:
+            refuse_a_stream(bundle, "kernel attest --bundle reads a single-document bundle "
+                            "(kernel bundle --layout document writes one)")
+            loaded = read_document(bundle, ReplayBundle)
         try:
             private_key = load_private_key(key)
             target = attest_run(run_dir, private_key, outcomes=outcomes, bundle=loaded, out=out)
@@ -91,6 +102,7 @@ def register(app: typer.Typer) -> None:
         public_path: Annotated[Path, typer.Argument(
             metavar="PUBLIC_PEM", help="New public key file.")],
     ) -> None:
+        refuse_stdio(PRIVATE_PEM=private_path, PUBLIC_PEM=public_path)
         try:
             typer.echo(generate_key_pair(private_path, public_path))
         except AttestationError as exc:

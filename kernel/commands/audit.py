@@ -14,7 +14,7 @@ from typing import Annotated, assert_never
 
 import typer
 
-from kernel.commands._io import read_document, refuse
+from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.identity import canonical_json
 from kernel.orchestrate import (
@@ -51,7 +51,12 @@ bundle or key), one line 'error: <code>: <message>' on stderr; 3 integrity:
 the stored run is not what was recorded, at least one id, binding or
 outcome does not reproduce, or the attestation does not verify (wrong key,
 altered payload or signature, a subject changed; each is listed). Exit 1
-(a policy verdict) is not used: an audit has no policy to fail."""
+(a policy verdict) is not used: an audit has no policy to fail.
+
+Output: one line per mismatch and a verdict line on stdout (--format json:
+one document).
+
+Example: kernel audit runs/1 --outcomes out/outcomes.jsonl --bundle bundle.json"""
 
 
 class OutputFormat(enum.Enum):
@@ -101,7 +106,13 @@ def register(app: typer.Typer) -> None:
             "--format", help="text (one line per mismatch and a verdict) or json.")
         ] = OutputFormat.TEXT,
     ) -> None:
-        loaded = read_document(bundle, ReplayBundle) if bundle is not None else None
+        refuse_stdio(RUN_DIR=run_dir, outcomes=outcomes, verify_key=verify_key,
+                     attestation=attestation)
+        loaded = None
+        if bundle is not None:
+            refuse_a_stream(bundle, "kernel audit --bundle reads a single-document bundle "
+                            "(kernel bundle --layout document writes one)")
+            loaded = read_document(bundle, ReplayBundle)
         try:
             report = audit_run(run_dir, outcomes=outcomes, bundle=loaded)
         except AuditInputError as exc:

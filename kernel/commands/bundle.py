@@ -157,7 +157,9 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 bundle written; 1 the draft cannot become a bundle (organ
         not in the manifest, original frame not refused, a delta that does not
         apply, a document or line over the limits); 2 usage error or draft
-        refused at the boundary.
+        refused at the boundary. Nothing is written unless the whole bundle is.
+
+        Example: kernel bundle draft.json -o bundle.json
         """
         with _progress(not quiet and sys.stderr.isatty()) as progress:
             draft = _read_draft(draft_path)

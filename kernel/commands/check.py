@@ -31,6 +31,7 @@ import typer
 
 from kernel.commands import check_pins
 from kernel.commands._io import refuse as _refuse
+from kernel.commands._io import refuse_stdio
 from kernel.external import (
     Cancellation,
     ContainmentLevel,
@@ -64,6 +65,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help like every other command: rich's boxes cut long option help
+    # with an ellipsis (--max-containment's reason code was lost).
+    rich_markup_mode=None,
 )
 check_pins.register(app)
 
@@ -156,7 +160,11 @@ def run_command(
     PASS only for an accepting, valid, bound receipt from a checker that exited
     0; anything else is BLOCKED with a reason code. Exit 0 PASS, 1 BLOCKED,
     2 usage error or input refused.
+
+    Example: kernel check run manifest.json CHECK_ID --job job.json --run-root runs
     """
+
+    refuse_stdio(MANIFEST=manifest, job=job, run_root=run_root, repo=repo)
 
     def action() -> None:
         limits = _limits(producer_timeout, checker_timeout)
@@ -224,7 +232,11 @@ def replay_command(
     The stored status and receipt are ignored; the result lands in
     RUN_DIR/replays/<replay id>. Exit 0 PASS, 1 BLOCKED, 2 usage error or
     input refused.
+
+    Example: kernel check replay runs/RUN_ID --manifest manifest.json --repo .
     """
+
+    refuse_stdio(RUN_DIR=run_dir, manifest=manifest, repo=repo)
 
     def action() -> None:
         limits = _limits(checker_timeout, checker_timeout)
@@ -255,7 +267,11 @@ def identity_command(
 
     Exit 0 identity built; 1 BLOCKED (a pin does not hold: reason
     pin_mismatch); 2 usage error or input refused.
+
+    Example: kernel check identity manifest.json CHECK_ID
     """
+
+    refuse_stdio(MANIFEST=manifest, repo=repo)
 
     def action() -> None:
         root = repo if repo is not None else manifest.resolve().parent

@@ -15,7 +15,7 @@ import typer
 
 from kernel.commands._io import refuse
 from kernel.external import ClosureError, pin_closure
-from kernel.identity import canonical_json
+from kernel.identity import IdentityError, canonical_json
 
 _HELP = """Print the manifest pin fragment for an executable and everything it makes run.
 
@@ -28,9 +28,13 @@ DT_NEEDED closure, resolved as ld.so does (RPATH, RUNPATH with $ORIGIN,
 symlinks resolved, each with its SHA-256. Nothing is executed. Paste the
 fields into a manifest entry's producer or checker (argv stays yours).
 
+Output: one JSON object on stdout (executable, dependencies).
+
 Exit codes: 0 printed; 2 refused (a PATH that is not a file, a library that
-cannot be found, an unreadable file, a malformed ELF object), one line
-'error: <code>: <message>' on stderr."""
+cannot be found, an unreadable file, a malformed ELF object, a path that is
+not UTF-8), one line 'error: <code>: <message>' on stderr.
+
+Example: kernel check pins /usr/bin/z3"""
 
 
 def register(app: typer.Typer) -> None:
@@ -48,4 +52,11 @@ def register(app: typer.Typer) -> None:
             closure = pin_closure(paths[0], paths[1:], search_path=search_path)
         except ClosureError as exc:
             refuse(exc.code, exc.message)
-        typer.echo(canonical_json(closure.fragment()).decode("utf-8"))
+        try:
+            fragment = canonical_json(closure.fragment())
+        except IdentityError as exc:
+            # A manifest pins each path as JSON text: a path that is not UTF-8
+            # (a lone surrogate once decoded) cannot be pinned at all.
+            refuse("path_not_utf8", f"a pinned path is not UTF-8 text, so no manifest can "
+                   f"name it ({exc.code} at {exc.path.removeprefix('$.')})")
+        typer.echo(fragment.decode("utf-8"))

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from kernel.commands._io import read_bounded, read_document, refuse
+from kernel.commands._io import read_bounded, read_document, refuse, refuse_a_stream
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.frames import delta_digest, frame_digest
 from kernel.replay import ReplayBundle, input_digest_of
@@ -77,8 +77,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Recompute and print the identity of every record in a chain or bundle.
 
+        PATH is a search chain or a single-document replay bundle (JSON), or -
+        for stdin; a bundle stream is refused (kernel replay reads streams, and
+        recomputes the same ids). Output on stdout, one line per record:
+        ok or MISMATCH, the recomputed id, the record (--json: one object a line).
+
         Exit codes: 0 every stored id reproduces; 3 integrity: some id does not;
         2 the file was refused at the boundary.
+
+        Example: kernel digest examples/replay/chain.json
         """
         rows = list(_rows_for(path))
         mismatches = 0
@@ -98,8 +105,12 @@ def register(app: typer.Typer) -> None:
 
 def _rows_for(path: Path) -> Iterator[Row]:
     # A bundle is a chain plus inputs; tell them apart by their top-level keys.
+    hint = ("kernel digest reads one document (a chain or a single-document bundle); "
+            "kernel replay reads streams and recomputes every id")
+    refuse_a_stream(path, hint)
+    data = read_bounded(path)
     try:
-        head = parse_json(read_bounded(path))
+        head = parse_json(data)
     except SerdeError as exc:
         refuse(exc.code, f"{path}: {exc.message}")
     if isinstance(head, dict) and set(head) == {"chain", "inputs"}:

@@ -28,6 +28,7 @@ from typing import Annotated, assert_never
 import typer
 
 from kernel.bundles import BundleStreamError, ReadyAttempt, RefusedAttempt, outcome_line
+from kernel.commands._io import is_stdio
 from kernel.commands._outcomes import (
     Emitter,
     FailOnOption,
@@ -41,7 +42,7 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
-from kernel.commands._verdict import EXIT_SIGINT
+from kernel.commands._signals import interruption
 from kernel.organs import builtin_manifest
 from kernel.replay import (
     ReplayAdapterOutcome,
@@ -64,7 +65,10 @@ line names its attempt: {"attempt_id", "attempt_index", "outcome"}.
 Exit codes: 0 intact and no outcome in a --fail-on class; 1 an outcome in a
 selected --fail-on class; 2 usage error or bundle refused at the boundary
 (no outcome file written); 3 integrity (candidate_identity_mismatch or
-invalid_replay_input: the input is not what the run recorded).
+invalid_replay_input: the input is not what the run recorded); 130/143
+interrupted (no outcome file written); 141 stdout closed early.
+
+Example: kernel replay bundle.json -o out/outcomes.jsonl --fail-on blocked
 """
 
 
@@ -134,11 +138,15 @@ def register(app: typer.Typer) -> None:
                     emitter.add(item.attempt_index, item.attempt_id, outcome)
             except BundleStreamError as exc:
                 stream_error(bundle_path, exc)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (kernel.commands._signals)
                 # Leaving the block discards the unfinished --out file.
-                typer.echo(f"error: interrupted: SIGINT after {emitter.tally.total} of {total} "
-                           "attempts; no outcome file written", err=True)
-                raise typer.Exit(EXIT_SIGINT) from None
+                name, exit_code = interruption(exc)
+                where = ("the outcome lines on stdout are incomplete"
+                         if chosen is OutputFormat.JSONL else "no summary")
+                written = "" if out is None or is_stdio(out) else "; no outcome file written"
+                typer.echo(f"error: interrupted: {name} after {emitter.tally.total} of {total} "
+                           f"attempts; {where}{written}", err=True)
+                raise typer.Exit(exit_code) from None
             code = emitter.finish()
         if code:
             raise typer.Exit(code)

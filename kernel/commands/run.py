@@ -13,8 +13,10 @@ to the output as the chunk is decided, exactly like ``kernel replay``.
 Interrupts: SIGINT and SIGTERM stop the running certification, leave
 ``DIR/INTERRUPTED`` (which signal, how many outcomes are recorded) and exit
 130 and 143. ``--resume`` continues that work directory: recorded outcomes
-are kept (and re-emitted), the attempts after them are certified afresh
-(their partial directories removed), none twice.
+are kept (and re-emitted) once the pure core, from the bundle and the stored
+certification, gives each recorded line again (else exit 3,
+``resume_log_tampered``, nothing touched); the attempts after them are
+certified afresh (their partial directories removed), none twice.
 
 Exit codes: README "Exit codes" and adr/0013 (0 / 1 --fail-on / 2 boundary
 / 3 integrity / 130 SIGINT / 143 SIGTERM). The default ``--fail-on`` for
@@ -57,7 +59,8 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
-from kernel.commands._verdict import EXIT_SIGINT, EXIT_SIGTERM, FailOn
+from kernel.commands._signals import Terminated, interruption
+from kernel.commands._verdict import EXIT_INTEGRITY, FailOn
 from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
     RUN_ID,
@@ -66,6 +69,7 @@ from kernel.orchestrate import (
     ExecutorSetupError,
     ExecutorSpec,
     ExternalCertifier,
+    StoredCertifications,
     certification_entry,
     check_executor_spec,
     discover_tools,
@@ -98,7 +102,11 @@ summary names the root cause of each attempt that did not close (e.g. the
 certification's "producer_timeout: producer still running after 1s").
 
 Interrupts: SIGINT/SIGTERM leave DIR/INTERRUPTED and exit 130/143; run again
-with --resume to continue without redoing recorded attempts.
+with --resume to continue without redoing recorded attempts (each recorded
+outcome is first derived again from the bundle and the stored certification,
+nothing run; a line that differs is refused, exit 3).
+
+Example: kernel run bundle.json --work-dir runs/1 -o out/outcomes.jsonl
 
 Executors (--executor): inline (default) certifies one attempt after the
 other in this process; process runs them on a pool of --workers local
@@ -117,8 +125,10 @@ Exit codes: 0 intact and no outcome in a --fail-on class (default here:
 integrity,unavailable); 1 an outcome in a selected class; 2 refused at the
 boundary, nothing run (bad bundle, work directory not empty and no
 --resume, bad deadline, certifier unavailable, bad worker count,
-conflicting executor options, unreachable scheduler); 3 integrity;
-130 SIGINT; 143 SIGTERM.
+conflicting executor options, unreachable scheduler); 3 integrity (an
+attempt's input is not what the run recorded, or, with --resume, a recorded
+outcome line that the bundle and the stored certification do not give again:
+resume_log_tampered, nothing touched); 130 SIGINT; 143 SIGTERM.
 """
 
 _EXECUTORS = "|".join(kind.value for kind in ExecutorKind)
@@ -166,7 +176,7 @@ _METADATA_LIMIT = 1 << 20
 _ATTEMPT_DIR = re.compile(r"[0-9a-f]{64}")
 
 
-class _Terminated(KeyboardInterrupt):
+class _Terminated(Terminated):
     """SIGTERM, unwound like Ctrl-C (so every cleanup runs) but told apart at the top."""
 
 
@@ -254,6 +264,29 @@ def _recorded_outcomes(work_dir: Path, run_id: str, count: int) -> list[bytes]:
         if not ok or index >= count:
             refuse("resume_log_corrupt", f"{log}: line {index + 1} is not attempt {index}")
     return complete
+
+
+def _check_recorded(work_dir: Path, prefix: list[Attempt], recorded: list[bytes]) -> None:
+    """For --resume: each recorded line is what the bundle and the stored certification give.
+
+    The work directory is a run store, not an authority (THREAT_MODEL: the run
+    store is an attacker): a log line is kept only if the pure core, given the
+    bundle's attempt and the certification stored for it (nothing is run),
+    writes exactly that line again. Otherwise a forged ``contract_and_proof_closed``
+    line would be carried into the outcomes and the verdict. Integrity (exit 3),
+    checked before anything in the directory is touched.
+    """
+    ready = [item.request for item in prefix if isinstance(item, ReadyAttempt)]
+    decided = iter(replay_requests(ready, certified_manifest(),
+                                   StoredCertifications(work_dir.absolute())))
+    for number, (item, line) in enumerate(zip(prefix, recorded, strict=True), start=1):
+        outcome = next(decided) if isinstance(item, ReadyAttempt) else item.refusal
+        if outcome_line(item.attempt_index, item.attempt_id, outcome) != line + b"\n":
+            refuse("resume_log_tampered",
+                   f"{work_dir / OUTCOMES_FILE}: line {number} is not the outcome the bundle "
+                   f"and the stored certification give for attempt {item.attempt_index}; "
+                   "nothing was changed (kernel audit --outcomes --bundle lists what differs)",
+                   exit_code=EXIT_INTEGRITY)
 
 
 def _outcome_of(line: bytes) -> ReplayAdapterOutcome:
@@ -348,6 +381,8 @@ def register(app: typer.Typer) -> None:
         recorded: list[bytes] = []
         if resume:
             recorded = _recorded_outcomes(work_dir, identity, total)
+            # Read past the recorded attempts, but never take their outcomes on trust.
+            _check_recorded(work_dir, list(itertools.islice(attempts, len(recorded))), recorded)
         else:
             _check_fresh_work_dir(work_dir)
         try:
@@ -369,8 +404,6 @@ def register(app: typer.Typer) -> None:
                 _clear_unrecorded(root, recorded)
             else:
                 _create_work_dir(root, _state(identity, total))
-            for _ in itertools.islice(attempts, len(recorded)):
-                pass  # recorded before the interrupt: read past, not redone
             certifier = ExternalCertifier(
                 root, entry, RunLimits(deadline, deadline), default_environment()
             )
@@ -408,8 +441,7 @@ def register(app: typer.Typer) -> None:
                         stream_error(bundle_path, exc)
                     code = emitter.finish()
             except KeyboardInterrupt as exc:
-                terminated = isinstance(exc, _Terminated)
-                name = "SIGTERM" if terminated else "SIGINT"
+                name, exit_code = interruption(exc)
                 # What --resume will keep: the complete lines on disk (the signal
                 # may have come between a chunk's write and the count).
                 log.flush()
@@ -418,7 +450,7 @@ def register(app: typer.Typer) -> None:
                     json.dumps({"signal": name, "outcomes_recorded": done}) + "\n")
                 typer.echo(f"error: interrupted: {name} after {done} of {total} attempts; "
                            f"continue with --resume --work-dir {work_dir}", err=True)
-                raise typer.Exit(EXIT_SIGTERM if terminated else EXIT_SIGINT) from None
+                raise typer.Exit(exit_code) from None
         (root / INTERRUPTED_FILE).unlink(missing_ok=True)
         if code:
             raise typer.Exit(code)

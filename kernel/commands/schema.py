@@ -28,7 +28,7 @@ from kernel.bundles import (
     StreamAttempt,
     StreamHeader,
 )
-from kernel.commands._io import refuse
+from kernel.commands._io import refuse, write_atomically
 from kernel.drafts import DraftCandidate, SearchDraft
 from kernel.external import RECEIPT_FIELDS, Job, Manifest, RunMetadata, Verdict
 from kernel.identity import JsonValue
@@ -460,15 +460,21 @@ def register(app: typer.Typer) -> None:
         """Print the JSON Schema (draft 2020-12) of a document the kernel reads or writes.
 
         Exit codes: 0 printed or written; 2 usage error or unknown schema name.
+
+        Example: kernel schema replay-bundle
         """
         if list_names:
             for known in schema_names():
                 typer.echo(known)
             return
         if write_dir is not None:
-            write_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                write_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file of that name, no permission: was a traceback
+                refuse("unwritable_output", f"{write_dir}: {exc.strerror or exc}")
             for known in schema_names():
-                (write_dir / f"{known}.schema.json").write_bytes(schema_bytes(known))
+                # Each file whole or not at all, with the user's umask.
+                write_atomically(write_dir / f"{known}.schema.json", schema_bytes(known))
             return
         if name is None:
             refuse("usage", "give a schema NAME, --list or --write DIR")

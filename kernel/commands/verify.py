@@ -55,6 +55,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help like every other command: rich's boxes cut long option help
+    # with an ellipsis (--max-containment's reason code was lost).
+    rich_markup_mode=None,
 )
 
 
@@ -97,7 +100,11 @@ def plan_command(
 ) -> None:
     """Validate a spec and print the plan (request + argv), or the rejection.
 
+    Output: the plan (or the rejection) as JSON on stdout.
+
     Exit codes: 0 planned; 1 typed rejection; 2 input refused at the boundary.
+
+    Example: kernel verify plan examples/verify/spec.json > plan.json
     """
     spec = _read(spec_path, VerificationSpec)
     outcome = plan_verification(spec)
@@ -132,7 +139,12 @@ def seal_command(
 ) -> None:
     """Seal the backend output of a planned run into a receipt, or print the rejection.
 
+    Output: the receipt (or the rejection) as JSON on stdout.
+
     Exit codes: 0 sealed; 1 typed rejection; 2 input refused at the boundary.
+
+    Example: kernel verify seal plan.json output.json --produced-by test_engineer
+    --session S1 > receipt.json
     """
     plan = _read(plan_path, VerificationPlan)
     output = _read_json(output_path)
@@ -177,8 +189,13 @@ def gate_command(
 ) -> None:
     """Decide whether a receipt passes the assurance gate for the plan's request.
 
+    Output: the gate decision as JSON on stdout.
+
     Exit codes: 0 gate-eligible; 1 not gate-eligible (reason in the JSON);
     2 input refused at the boundary.
+
+    Example: kernel verify gate plan.json receipt.json --candidate DIGEST
+    --author-session S0
     """
     plan = _read(plan_path, VerificationPlan)
     receipt = _read(receipt_path, Receipt)

@@ -78,6 +78,8 @@ from kernel.orchestrate._audit_store import (
     Auditor,
     AuditReport,
     RunLayout,
+    as_text,
+    field_of,
     stored_files,
 )
 from kernel.orchestrate._audit_work_dir import attempt_dirs, audit_attempt
@@ -105,6 +107,8 @@ __all__ = [
 
 def detect_layout(root: Path) -> RunLayout:
     """The layout of ``root``; ``AuditInputError`` when it is neither."""
+    if not root.exists() and not root.is_symlink():
+        raise AuditInputError("not_a_directory", f"{root}: no such directory")
     if root.is_symlink() or not root.is_dir():
         raise AuditInputError("not_a_directory", f"{root}: not a directory")
     if (root / METADATA).exists() or (root / METADATA).is_symlink():
@@ -147,6 +151,7 @@ def audit_run(
             case RunLayout.WORK_DIR:
                 certifications = {d.name: audit_attempt(a, d) for d in attempt_dirs(root)}
                 if lines is not None and outcomes is not None:
+                    _audit_outcome_count(a, outcomes.name, len(lines))
                     stored = audit_outcomes(a, outcomes, lines)
                     link_outcomes(a, outcomes.name, stored, certifications)
                     if bundle is not None:
@@ -158,6 +163,31 @@ def audit_run(
     if layout is RunLayout.EXTERNAL_RUN and lines is not None and outcomes is not None:
         audit_outcomes(a, outcomes, lines)
     return AuditReport(str(root), layout, a.checked, tuple(a.findings))
+
+
+# What ``kernel run`` writes first in a work directory: which run, how many attempts.
+RUN_STATE = "run-state.json"
+
+
+def _audit_outcome_count(a: Auditor, outcomes_name: str, count: int) -> None:
+    """The outcomes file holds one line per attempt of the run the directory records.
+
+    Without it (and without --bundle) an outcomes file cut short, e.g. the
+    log of an interrupted run, audited intact: each line that remains is
+    sound. ``kernel run`` writes ``run-state.json`` before anything else.
+    """
+    state = a.document(a.root / RUN_STATE)
+    if state is None:
+        return  # unreadable or absent: already a finding
+    recorded = field_of(state, "attempt_count")
+    a.checked += 1
+    if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded != count:
+        a.findings.append(AuditFinding(
+            outcomes_name, "outcome count", AuditCode.OUTCOME_MISMATCH,
+            str(count), as_text(recorded),
+            f"the run has {as_text(recorded)} attempts ({RUN_STATE}); the outcomes file "
+            f"holds {count} lines (an interrupted run is finished with kernel run --resume)",
+        ))
 
 
 def report_document(report: AuditReport) -> JsonValue:
