@@ -45,7 +45,7 @@ from kernel.replay import (
 )
 from kernel.replay._facts import RunFacts, facts_for, validate_deep
 from kernel.serde import dumps, loads
-from kernel.upstream import GeometricSearchRun, SearchChain
+from kernel.upstream import CandidateAttempt, GeometricSearchRun, SearchChain
 from tests.replay_fixtures import CLOSING, CallLog, bundle_for, toy_chain, toy_manifest
 
 
@@ -338,3 +338,43 @@ def test_the_walk_re_runs_the_validator_of_a_one_field_record() -> None:
 def test_the_walk_accepts_a_record_with_no_fields() -> None:
     validate_deep(_Nothing())
     validate_deep((_Nothing(), _One(0)))
+
+
+# --- an attempt is spared its walk only if it is the run's own, at its index --
+
+
+def _attempt_claiming(chain: SearchChain, index: int, **fields: object) -> CandidateAttempt:
+    """A copy of attempt 0 (a new object) claiming ``index``, ``fields`` set past validators."""
+    attempt = attrs.evolve(chain.run.candidate_attempts[0], attempt_index=index)
+    for name, value in fields.items():
+        object.__setattr__(attempt, name, value)
+    return attempt
+
+
+@pytest.mark.parametrize(
+    "altered",
+    [
+        pytest.param({"index": 2}, id="index_one_past_the_last"),
+        pytest.param({"index": 50}, id="index_far_past_the_last"),
+        pytest.param({"index": 0, "operator_id": 5}, id="own_index_but_not_the_run_s_object"),
+        pytest.param({"index": 1, "operator_id": 5}, id="sibling_index_not_the_run_s_object"),
+    ],
+)
+def test_an_attempt_that_is_not_the_run_s_own_object_is_examined_with_or_without_facts(
+    altered: dict[str, Any], walks: Walks
+) -> None:
+    # RunFacts.record spares the walk only for the very object the run holds
+    # at the index it claims. Any other attempt (an index past the run's end,
+    # or a copy, possibly altered behind attrs' back) is examined: the outcome
+    # with the batch's facts is the outcome without them, and never a raise.
+    manifest = toy_manifest(CallLog())
+    chain = _chain(2)
+    fields = dict(altered)
+    index = fields.pop("index")
+    request = requests_from_bundle(bundle_for(chain, manifest))[0]
+    forged = attrs.evolve(request, attempt=_attempt_claiming(chain, index, **fields))
+    alone = replay_attempt(forged, manifest)
+    assert isinstance(alone, ReplayAdapterRefusal)
+    facts = examine_run(chain.run, shared=_shared(chain))
+    assert replay_attempt(forged, manifest, facts=facts) == alone
+    assert walks.of(forged.attempt) == 2  # examined each time, facts or not
