@@ -378,3 +378,37 @@ def test_an_attempt_that_is_not_the_run_s_own_object_is_examined_with_or_without
     facts = examine_run(chain.run, shared=_shared(chain))
     assert replay_attempt(forged, manifest, facts=facts) == alone
     assert walks.of(forged.attempt) == 2  # examined each time, facts or not
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (5, ReasonCode.RECORD_STRUCTURE_INVALID),
+        (10**MAX_INT_DIGITS, ReasonCode.RECORD_NOT_CANONICAL),
+    ],
+    ids=["not_valid", "outside_the_domain"],
+)
+def test_a_defective_shared_record_is_examined_once_for_the_batch(
+    value: object, reason: ReasonCode, walks: Walks
+) -> None:
+    # The batch's residual, altered behind attrs' back (a str field holding an
+    # int, or an ordinal past the identity domain): every attempt is refused,
+    # and the defect is found once, with the batch's facts.
+    manifest = toy_manifest(CallLog())
+    chain = _chain(3)
+    residual = attrs.evolve(chain.residuals[0])
+    object.__setattr__(residual, "code" if value == 5 else "ordinal", value)
+    residuals = (residual,)
+    requests = [
+        attrs.evolve(r, residuals=residuals)
+        for r in requests_from_bundle(bundle_for(chain, manifest))
+    ]
+    facts = examine_run(
+        chain.run,
+        shared=(chain.problem_frame, chain.assessment, chain.gate, chain.budget, residuals),
+    )
+    walks.by_id.clear()
+    outcomes = [replay_attempt(r, manifest, facts=facts) for r in requests]
+    refused = [o.reason_codes for o in outcomes if isinstance(o, ReplayAdapterRefusal)]
+    assert refused == [(reason.value,)] * 3
+    assert walks.of(residual) == 0, "examined with the batch, not again per attempt"
