@@ -59,21 +59,30 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+def _copied_log(finished_run: Path, tmp_path: Path) -> Path:
+    """The outcome log of a copy of ``finished_run``'s work directory."""
+    work = tmp_path / "work"
+    shutil.copytree(finished_run, work)
+    return work / "outcomes.jsonl"
+
+
+def _line(record: object) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
 def test_resume_refuses_a_work_directory_whose_recorded_outcomes_were_forged(
     finished_run: Path, tmp_path: Path
 ) -> None:
     # Every recorded outcome that did not close is replaced by a closed one
     # (a real, self-consistent record of another attempt): a resume that
     # trusted the log would print PASS over the tampered attempt.
-    work = tmp_path / "work"
-    shutil.copytree(finished_run, work)
-    log = work / "outcomes.jsonl"
+    log = _copied_log(finished_run, tmp_path)
+    work = log.parent
     records = [json.loads(line) for line in log.read_bytes().splitlines()]
     closed = next(r["outcome"] for r in records
                   if r["outcome"]["replay_disposition"] == "contract_and_proof_closed")
     forged = [{**r, "outcome": closed} for r in records]
-    log.write_bytes(b"".join(json.dumps(r, sort_keys=True, separators=(",", ":")).encode()
-                             + b"\n" for r in forged))
+    log.write_bytes(b"".join(_line(r) + b"\n" for r in forged))
     out = tmp_path / "outcomes.jsonl"
     done = _kernel("run", E2E_BUNDLE, "--work-dir", work, "--resume", "-o", out)
     assert done.returncode == 3, done.stderr
@@ -86,13 +95,12 @@ def test_resume_refuses_a_work_directory_whose_recorded_outcomes_were_forged(
 def test_resume_refuses_one_recorded_outcome_given_to_another_attempt(
     finished_run: Path, tmp_path: Path
 ) -> None:
-    work = tmp_path / "work"
-    shutil.copytree(finished_run, work)
-    log = work / "outcomes.jsonl"
+    log = _copied_log(finished_run, tmp_path)
+    work = log.parent
     lines = log.read_bytes().splitlines()
     first, second = json.loads(lines[0]), json.loads(lines[1])
     swapped = {**second, "outcome": first["outcome"]}
-    lines[1] = json.dumps(swapped, sort_keys=True, separators=(",", ":")).encode()
+    lines[1] = _line(swapped)
     log.write_bytes(b"".join(line + b"\n" for line in lines[:2]))
     done = _kernel("run", E2E_BUNDLE, "--work-dir", work, "--resume", "-q")
     assert done.returncode == 3
@@ -103,9 +111,8 @@ def test_resume_of_an_untouched_prefix_gives_the_uninterrupted_bytes(
     finished_run: Path, tmp_path: Path
 ) -> None:
     # The check above must not refuse an honest log: keep three lines, resume.
-    work = tmp_path / "work"
-    shutil.copytree(finished_run, work)
-    log = work / "outcomes.jsonl"
+    log = _copied_log(finished_run, tmp_path)
+    work = log.parent
     whole = log.read_bytes()
     log.write_bytes(b"".join(line + b"\n" for line in whole.splitlines()[:3]))
     out = tmp_path / "outcomes.jsonl"

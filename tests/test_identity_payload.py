@@ -431,14 +431,20 @@ def test_replay_outcomes_are_identical_with_the_fast_path_on_and_off() -> None:
     assert fast == slow
 
 
-@pytest.mark.parametrize("reason", ["ok", "a\ud800", "\U0001f600"])
-def test_a_sealed_proof_outcome_is_the_same_on_the_payload_path(reason: str) -> None:
+def _proof_context() -> ProofContext:
+    """The context of the corpus's proof outcome, for sealing another outcome."""
     proof = CORPUS[ProofOutcome]
     assert isinstance(proof, ProofOutcome)
     frame = CORPUS[ProblemFrame]
     assert isinstance(frame, ProblemFrame)
     context = ProofContext(proof.obligation_ref, proof.candidate_digest, frame,
                            CORPUS[ContractAssessment], ())  # type: ignore[arg-type]
+    return context
+
+
+@pytest.mark.parametrize("reason", ["ok", "a\ud800", "\U0001f600"])
+def test_a_sealed_proof_outcome_is_the_same_on_the_payload_path(reason: str) -> None:
+    context = _proof_context()
 
     def seal() -> object:
         try:
@@ -462,12 +468,7 @@ def test_a_sealed_proof_outcome_has_the_id_recomputed_independently(validators: 
     # seal_proof_outcome digests its draft on the payload path only when the
     # constructor's validators ran; with attrs' validators switched off it
     # takes the reference path. Either way the id is the payload's digest.
-    proof = CORPUS[ProofOutcome]
-    assert isinstance(proof, ProofOutcome)
-    frame = CORPUS[ProblemFrame]
-    assert isinstance(frame, ProblemFrame)
-    context = ProofContext(proof.obligation_ref, proof.candidate_digest, frame,
-                           CORPUS[ContractAssessment], ())  # type: ignore[arg-type]
+    context = _proof_context()
     with attrs.validators.disabled() if validators == "off" else contextlib.nullcontext():
         sealed = seal_proof_outcome(
             context=context, authority_id="a", authority_version="v1",
