@@ -154,6 +154,7 @@ def test_exit_1_kernel_run_where_every_certification_timed_out(tmp_path: Path) -
         (["replay", "x.json", "--format", "yaml"], "invalid_value"),
         (["replay", "x.json", "--out", "-", "--format", "table"], "conflicting_options"),
         (["frobnicate"], "usage_error"),
+        (["schema"], "usage_error"),
     ],
 )
 def test_exit_2_usage_errors_are_one_line_with_a_stable_code(

@@ -294,7 +294,7 @@ def test_gate_bad_digest_option_exits_2(tmp_path: Path, digest: str) -> None:
         digest,
     )
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: usage: ")
+    assert result.stderr.startswith("error: usage_error: ")
     assert "Traceback" not in result.stderr
 
 

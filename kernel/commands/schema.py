@@ -477,7 +477,7 @@ def register(app: typer.Typer) -> None:
                 write_atomically(write_dir / f"{known}.schema.json", schema_bytes(known))
             return
         if name is None:
-            refuse("usage", "give a schema NAME, --list or --write DIR")
+            refuse("usage_error", "give a schema NAME, --list or --write DIR")
         if name not in SCHEMAS:
             known = ", ".join(schema_names())
             refuse("unknown_schema", f"{name!r} is not a schema (one of {known})")

@@ -116,7 +116,7 @@ def _role(value: str) -> Role:
         return Role(value)
     except ValueError:
         allowed = ", ".join(r.value for r in Role)
-        _refuse("usage", f"--produced-by {value!r} is not a role (one of {allowed})")
+        _refuse("usage_error", f"--produced-by {value!r} is not a role (one of {allowed})")
 
 
 @app.command("seal")
@@ -152,7 +152,7 @@ def seal_command(
     try:
         producer = Producer(role=role, session=session)
     except (TypeError, ValueError) as exc:
-        _refuse("usage", f"--session: {exc}")
+        _refuse("usage_error", f"--session: {exc}")
     outcome = seal_verification(plan, output, producer)
     _emit(outcome, not isinstance(outcome, Rejection))
 
@@ -206,6 +206,6 @@ def gate_command(
             pre_repair_evidence_digests=tuple(sorted(set(pre_repair_evidence or ()))),
         )
     except (TypeError, ValueError) as exc:
-        _refuse("usage", str(exc))
+        _refuse("usage_error", str(exc))
     decision = evaluate_gate(receipt, plan.request, current, history)
     _emit(decision, decision.gate_eligible)
