@@ -176,13 +176,9 @@ _METADATA_LIMIT = 1 << 20
 _ATTEMPT_DIR = re.compile(r"[0-9a-f]{64}")
 
 
-class _Terminated(Terminated):
-    """SIGTERM, unwound like Ctrl-C (so every cleanup runs) but told apart at the top."""
-
-
 @contextmanager
 def _signals_as_interrupts() -> Iterator[None]:
-    """While the job runs, the first SIGTERM is raised like Ctrl-C (as ``_Terminated``).
+    """While the job runs, the first SIGTERM is raised like Ctrl-C (as ``Terminated``).
 
     Producers and checkers run in their own sessions, so SIGTERM's default
     action (die at once) would leave the running certification behind.
@@ -197,7 +193,7 @@ def _signals_as_interrupts() -> Iterator[None]:
         nonlocal fired
         if not fired:
             fired = True
-            raise _Terminated
+            raise Terminated
 
     try:
         previous = signal.signal(signal.SIGTERM, handler)
