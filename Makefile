@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test lint typecheck unit demo fuzz clean package node vectors schemas
+.PHONY: help venv test lint typecheck unit demo fuzz clean package node sandbox-tools vectors schemas
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -38,18 +38,32 @@ node:  ## install Node.js from Debian (apt-get) when it is missing
 	  fi; \
 	  command -v node > /dev/null || { echo "error: node_missing: the conformance vectors need Node.js (install the nodejs package)" >&2; exit 1; }
 
+# Every producer and checker step runs in a bubblewrap sandbox (ADR 0018); the
+# main job's certification requires it, so `make demo` needs bwrap. strace is
+# for the test that takes a census of the files a checker step opens. Both
+# come from Debian, like Node.js; the kernel looks for them in /usr/bin and
+# /bin only.
+sandbox-tools:  ## install bubblewrap and strace from Debian (apt-get) when missing
+	@test -x /usr/bin/bwrap -a -x /usr/bin/strace && exit 0; \
+	  if command -v apt-get > /dev/null; then \
+	    SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap strace; \
+	  fi; \
+	  test -x /usr/bin/bwrap || { echo "error: sandbox_unavailable: install bubblewrap (Debian's bubblewrap package)" >&2; exit 1; }; \
+	  test -x /usr/bin/strace || { echo "error: strace_missing: the census test needs strace (Debian's strace package)" >&2; exit 1; }
+
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check kernel tests examples bench vectors
 
 typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
 	$(BIN)/mypy --strict kernel tests
 
-unit: $(STAMP)  ## pytest with the bounded Hypothesis profile
+unit: $(STAMP) sandbox-tools  ## pytest with the bounded Hypothesis profile
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test: lint typecheck unit  ## everything CI runs
 
-demo: $(STAMP)  ## the reference scenario and the main job (kernel run), end to end
+demo: $(STAMP) sandbox-tools  ## the reference scenario and the main job (kernel run), end to end
 	$(BIN)/python examples/build_example_chain.py --check
 	$(BIN)/kernel digest examples/replay/chain.json
 	mkdir -p out
@@ -95,7 +109,7 @@ package: $(STAMP)  ## build sdist + wheel into dist/, twine check, install the w
 # generated into build/external; runs land in runs/external (both ignored).
 EXTERNAL_RUNS := runs/external
 .PHONY: examples-external
-examples-external: $(STAMP)  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -> RUP/RAT) examples
+examples-external: $(STAMP) sandbox-tools  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -> RUP/RAT) examples
 	$(BIN)/python examples/external/make_manifest.py build/external
 	$(BIN)/kernel check identity build/external/manifest.json sat-php --repo examples/external > /dev/null
 	$(BIN)/kernel check run build/external/manifest.json smt-abs --repo examples/external \
@@ -109,16 +123,16 @@ examples-external: $(STAMP)  ## run the SMT (z3 -> cvc5) and SAT (CaDiCaL DRAT -
 # Side-by-side benchmarks (bench/): variants interleaved over many rounds,
 # reported as ratios with their spread; results are kept in BENCHMARKS.md.
 .PHONY: bench
-bench: $(STAMP)  ## issue 10's seven targets side by side, one table of ratios (< 15 min; BENCHMARKS.md)
+bench: $(STAMP) sandbox-tools  ## issue 10's seven targets side by side, one table of ratios (< 15 min; BENCHMARKS.md)
 	@mkdir -p build
 	$(BIN)/python -m bench --targets --markdown --json build/bench-targets.json
 
 .PHONY: bench-groups
-bench-groups: $(STAMP)  ## the detailed interleaved comparisons: canonical_json, strict parse, replay, start-up (~2-4 min)
+bench-groups: $(STAMP) sandbox-tools  ## the detailed interleaved comparisons: canonical_json, strict parse, replay, start-up (~2-4 min)
 	$(BIN)/python -m bench
 
 .PHONY: bench-parallel
-bench-parallel: $(STAMP)  ## 200 real checks: serial against process pools and Dask of 1, 2, 4 workers, 3 full rounds (~10-25 min)
+bench-parallel: $(STAMP) sandbox-tools  ## 200 real checks: serial against process pools and Dask of 1, 2, 4 workers, 3 full rounds (~10-25 min)
 	$(BIN)/python -m bench --parallel
 
 .PHONY: bench-drat

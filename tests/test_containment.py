@@ -40,10 +40,13 @@ from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
 pytestmark = pytest.mark.slow
 
 _NO_NAMESPACES = pytest.mark.skipif(
-    available_level() is not ContainmentLevel.NAMESPACE,
+    available_level(ContainmentLevel.NAMESPACE) is not ContainmentLevel.NAMESPACE,
     reason="this machine refuses unprivileged user+PID namespaces (the subreaper case still runs)",
 )
+# The sandbox is never skipped: `make test` installs bubblewrap (ADR 0018), so a
+# machine without it fails these tests instead of passing them weaker.
 LEVELS = [
+    pytest.param(ContainmentLevel.SANDBOX, id="sandbox"),
     pytest.param(ContainmentLevel.NAMESPACE, id="namespace", marks=_NO_NAMESPACES),
     pytest.param(ContainmentLevel.SUBREAPER, id="subreaper"),
 ]
@@ -151,14 +154,17 @@ _DETACH = {
 }
 
 
-def _forging_producer(tmp_path: Path, how: str) -> str:
-    started = tmp_path / "daemon-started"
+def _forging_producer(how: str) -> str:
+    # The daemon says it started in evidence/ (the one place a sandboxed step
+    # can write); the producer then moves its pid into the declared artifact.
     return (
         HONEST_PRODUCER
         + _FORGER
-        + f"import signal\nSTARTED = {str(started)!r}\n"
+        + "import signal\nSTARTED = os.path.join(evidence, 'daemon-started')\n"
         + _DETACH[how]
-        + f"while not os.path.exists({str(started)!r}): time.sleep(0.005)\n"
+        + "while not os.path.exists(STARTED): time.sleep(0.005)\n"
+        + "time.sleep(0.05)\n"
+        + "os.replace(STARTED, os.path.join(evidence, 'proof.txt'))\n"
     )
 
 
@@ -167,11 +173,10 @@ def _forging_producer(tmp_path: Path, how: str) -> str:
 def test_a_producer_daemon_cannot_forge_the_checkers_receipt(
     tmp_path: Path, how: str, level: ContainmentLevel
 ) -> None:
-    scenario = Scenario(
-        tmp_path, producer=_forging_producer(tmp_path, how), checker_custom=REJECTING
-    )
+    scenario = Scenario(tmp_path, producer=_forging_producer(how), checker_custom=REJECTING)
     outcome = scenario.run(max_containment=level)
-    assert (tmp_path / "daemon-started").exists(), "the attack never started"
+    started = Path(outcome.attempt_dir, "evidence", "proof.txt").read_text()
+    assert started.isdigit(), "the attack never started"
     assert outcome.metadata.containment is level
     assert outcome.status is Status.BLOCKED
     assert outcome.reason is Reason.CHECKER_REJECTED, outcome.metadata.decision.detail
@@ -193,7 +198,7 @@ _STUBBORN = (
     "        time.sleep(120)\n"
     "    os._exit(0)\n"
     "os.wait()\n"
-    "open({ready!r}, 'w').write('ready')\n"
+    "open(os.path.join(evidence, 'ready'), 'w').write('ready')\n"
     "time.sleep(120)\n"
 )
 
@@ -202,9 +207,9 @@ _STUBBORN = (
 def test_sigkill_to_kernel_mid_step_leaves_no_process_of_the_step(
     tmp_path: Path, level: ContainmentLevel
 ) -> None:
-    ready = tmp_path / "ready"
-    producer = HONEST_PRODUCER + _STUBBORN.format(tag=str(tmp_path), ready=str(ready))
+    producer = HONEST_PRODUCER + _STUBBORN.format(tag=str(tmp_path))
     scenario = Scenario(tmp_path, producer=producer)
+    ready = scenario.run_root / "r1" / "evidence" / "ready"
     job = tmp_path / "job.json"
     job.write_text(json.dumps({
         "schema_version": 1, "job_id": scenario.job.job_id, "check_id": scenario.job.check_id,
@@ -213,7 +218,7 @@ def test_sigkill_to_kernel_mid_step_leaves_no_process_of_the_step(
     kernel = subprocess.Popen(
         [PYTHON, "-c", KERNEL_MAIN, "check", "run", str(scenario.manifest_path), "demo",
          "--job", str(job), "--run-root", str(scenario.run_root), "--repo", str(scenario.repo),
-         "--max-containment", level.value],
+         "--run-id", "r1", "--max-containment", level.value],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -420,11 +425,10 @@ def test_the_level_used_is_recorded_and_bound_into_both_requests(
         assert request["containment"] == level.value
 
 
-@_NO_NAMESPACES
-def test_a_run_uses_namespaces_where_the_machine_gives_them(tmp_path: Path) -> None:
+def test_a_run_uses_the_sandbox_where_the_machine_gives_it(tmp_path: Path) -> None:
     # Never silently weaker: with no cap, a run takes the strongest level.
     assert available_level(ContainmentLevel.SUBREAPER) is ContainmentLevel.SUBREAPER
-    assert Scenario(tmp_path).run().metadata.containment is ContainmentLevel.NAMESPACE
+    assert Scenario(tmp_path).run().metadata.containment is ContainmentLevel.SANDBOX
 
 
 def test_a_consistently_rewritten_run_store_is_caught_by_the_operators_digest(

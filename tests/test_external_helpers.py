@@ -17,6 +17,7 @@ from typing import Any
 
 from kernel.external import (
     CheckEntry,
+    ContainmentLevel,
     Job,
     Manifest,
     RunLimits,
@@ -30,6 +31,7 @@ from kernel.external import (
 from tests.support.reference import sha256_file
 
 __all__ = [
+    "BELOW_SANDBOX",
     "HONEST_CHECKER",
     "HONEST_PRODUCER",
     "PYTHON",
@@ -39,6 +41,13 @@ __all__ = [
 ]
 
 PYTHON = sys.executable
+
+#: The level at which a test exercises the kernel's own after-step checks
+#: (a pin, the snapshot, the evidence or a role directory changed by a step).
+#: In the sandbox (ADR 0018) the same writes are refused inside the step, which
+#: tests/test_sandbox.py shows; below it, on a machine without bubblewrap, these
+#: checks are what stops them, so they keep their tests.
+BELOW_SANDBOX = ContainmentLevel.NAMESPACE
 
 
 # The honest producer writes every declared artifact with fixed content.
@@ -109,6 +118,7 @@ class Scenario:
         executable: str = PYTHON,
         checker_deps: Sequence[Path] = (),
         producer_tools: Sequence[Path] = (),
+        max_containment: ContainmentLevel | None = None,
     ) -> None:
         self.tmp = tmp_path
         self.repo = tmp_path / "repo"
@@ -135,6 +145,7 @@ class Scenario:
         self.inputs = tuple(inputs)
         self.checker_deps = tuple(checker_deps)
         self.producer_tools = tuple(producer_tools)
+        self.max_containment = max_containment
         self.manifest_path = tmp_path / "manifest.json"
         self.write_manifest()
         self.job = seal_job("job-1", "demo", "a test job")
@@ -199,6 +210,7 @@ class Scenario:
         checker_timeout: float = 30.0,
         **kwargs: Any,
     ) -> RunOutcome:
+        kwargs.setdefault("max_containment", self.max_containment)
         return run_check(
             entry or self.entry(),
             job or self.job,

@@ -24,7 +24,7 @@ import pytest
 from kernel.external import Reason, RunOutcome, Status
 from kernel.external._files import FileLedger, _filesystem_types, copy_hashed
 from kernel.orchestrate import audit_run
-from tests.test_external_helpers import HONEST_PRODUCER, Scenario
+from tests.test_external_helpers import BELOW_SANDBOX, HONEST_PRODUCER, Scenario
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -197,7 +197,12 @@ def test_a_checker_rewriting_its_pinned_helper_keeping_size_and_mtime_is_caught(
         _needs_stamping(tmp_path)
         time.sleep(2.2)  # older than the ledger's clock margin: trusted from the first hash
     checker_custom = _REWRITE + f"rewrite_keeping_mtime({str(helper)!r}, b'VALUE = 2\\n')\n"
-    scenario = Scenario(tmp_path, checker_custom=checker_custom, checker_deps=(helper,))
+    scenario = Scenario(
+        tmp_path,
+        max_containment=BELOW_SANDBOX,
+        checker_custom=checker_custom,
+        checker_deps=(helper,),
+    )
     outcome = scenario.run()
     assert helper.read_text() == "VALUE = 2\n"  # the checker did run and rewrite it
     assert outcome.status is Status.BLOCKED
@@ -212,7 +217,9 @@ def test_a_producer_rewriting_a_checker_pin_keeping_size_and_mtime_blocks_the_ch
     producer = (
         HONEST_PRODUCER + _REWRITE + f"rewrite_keeping_mtime({str(helper)!r}, b'VALUE = 2\\n')\n"
     )
-    scenario = Scenario(tmp_path, producer=producer, checker_deps=(helper,))
+    scenario = Scenario(
+        tmp_path, max_containment=BELOW_SANDBOX, producer=producer, checker_deps=(helper,)
+    )
     outcome = scenario.run()
     assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
     assert _stored(outcome)["checker"] is None
@@ -227,7 +234,9 @@ def test_a_producer_rewriting_a_snapshot_input_keeping_size_and_mtime_is_caught(
         + "path = os.path.join(request['paths']['snapshot'], 'data', 'input.txt')\n"
         + "rewrite_keeping_mtime(path, b'INPUT data/input.txt\\n')\n"
     )
-    scenario = Scenario(tmp_path, producer=producer, inputs=("data/input.txt",))
+    scenario = Scenario(
+        tmp_path, max_containment=BELOW_SANDBOX, producer=producer, inputs=("data/input.txt",)
+    )
     assert (scenario.repo / "data" / "input.txt").read_bytes() == b"input data/input.txt\n"
     outcome = scenario.run()
     assert outcome.reason is Reason.SNAPSHOT_CHANGED
@@ -242,7 +251,7 @@ def test_a_checker_rewriting_the_evidence_keeping_size_and_mtime_is_caught(
         + "path = os.path.join(request['paths']['evidence'], 'proof.txt')\n"
         + "rewrite_keeping_mtime(path, b'EVIDENCE for proof.txt\\n')\n"
     )
-    scenario = Scenario(tmp_path, checker_custom=checker_custom)
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, checker_custom=checker_custom)
     outcome = scenario.run()
     evidence = Path(outcome.attempt_dir, "evidence", "proof.txt")
     assert evidence.read_bytes() == b"EVIDENCE for proof.txt\n"

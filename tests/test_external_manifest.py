@@ -34,13 +34,14 @@ def test_public_api_is_exact_and_alphabetical() -> None:
     assert external.__all__ == sorted(external.__all__)
     assert external.__all__ == [
         "Cancellation", "CheckEntry", "CheckIdentity", "CheckedDigests", "Claim", "ClosureError",
-        "Command", "ContainmentLevel", "Decision", "Execution",
+        "Command", "ContainmentLevel", "DEFAULT_STEP_LIMITS", "Decision", "Execution",
         "ExternalError", "FileDigest", "Job", "JobError", "Manifest", "ManifestError",
         "PLACEHOLDERS", "Pin", "PinClosure", "PinMismatchError", "ProcessResult",
         "ProcessStatus", "ProcessSummary",
         "RECEIPT_FIELDS", "Reason", "ReceiptCheck", "ReceiptExpectation",
         "RunDirectoryError", "RunIdentity", "RunKind", "RunLimits", "RunMetadata", "RunOutcome",
-        "RunRecordError", "Stage", "Status", "Verdict", "available_level", "check_identity",
+        "RunRecordError", "Stage", "Status", "StepLimits", "StepView", "Verdict",
+        "available_level", "check_identity",
         "default_environment", "expand_argv", "identity_object", "job_digest_of", "load_job",
         "load_manifest", "parse_manifest", "pin_closure", "read_run_metadata", "replay_run",
         "run_check", "run_process", "seal_job", "validate_receipt",

@@ -18,7 +18,7 @@ from kernel.external import (
     run_process,
 )
 from tests.support.processes import assert_no_leftover
-from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
+from tests.test_external_helpers import BELOW_SANDBOX, HONEST_PRODUCER, PYTHON, Scenario
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -48,7 +48,7 @@ def _assert_started_then_gone(tmp_path: Path) -> None:
 
 def test_producer_past_its_deadline_is_killed_with_its_grandchild(tmp_path: Path) -> None:
     producer = _spawner(tmp_path, "time.sleep(120)")
-    scenario = Scenario(tmp_path, producer=producer)
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=producer)
     started = time.monotonic()
     outcome = scenario.run(producer_timeout=1.0)
     assert time.monotonic() - started < 20
@@ -66,7 +66,7 @@ def test_checker_past_its_deadline_is_never_read_as_a_result(tmp_path: Path) -> 
         "    h.write(json.dumps(receipt))\n"
         "WRITE = False\n" + _spawner(tmp_path, "time.sleep(120)")
     )
-    scenario = Scenario(tmp_path, checker_custom=checker_custom)
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, checker_custom=checker_custom)
     outcome = scenario.run(checker_timeout=1.5)
     assert outcome.reason is Reason.CHECKER_TIMEOUT
     assert outcome.metadata.decision.verdict is None
@@ -77,14 +77,14 @@ def test_checker_past_its_deadline_is_never_read_as_a_result(tmp_path: Path) -> 
 
 def test_grandchild_left_running_after_a_normal_exit_is_stopped(tmp_path: Path) -> None:
     producer = HONEST_PRODUCER + _spawner(tmp_path, "sys.exit(0)")
-    outcome = Scenario(tmp_path, producer=producer).run()
+    outcome = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=producer).run()
     assert outcome.status is Status.PASS
     _assert_started_then_gone(tmp_path)
 
 
 def test_cancellation_kills_the_running_group(tmp_path: Path) -> None:
     producer = _spawner(tmp_path, "time.sleep(120)")
-    scenario = Scenario(tmp_path, producer=producer)
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=producer)
     cancel = threading.Event()
     pids = tmp_path / "pids.json"
 

@@ -15,7 +15,7 @@ from kernel.external import (
     Status,
 )
 from tests.support.reference import canonical, sha256_file
-from tests.test_external_helpers import HONEST_PRODUCER, Scenario, replay_stored
+from tests.test_external_helpers import BELOW_SANDBOX, HONEST_PRODUCER, Scenario, replay_stored
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -27,7 +27,8 @@ def _counting_scenario(tmp_path: Path, **kwargs: Any) -> Scenario:
 
 
 def test_replay_reruns_only_the_checker_in_a_fresh_attempt(tmp_path: Path) -> None:
-    scenario = _counting_scenario(tmp_path)
+    # The producer counts its runs in a file outside evidence/: below the sandbox.
+    scenario = _counting_scenario(tmp_path, max_containment=BELOW_SANDBOX)
     run = scenario.run()
     assert run.status is Status.PASS
     replay = replay_stored(run.attempt_dir)

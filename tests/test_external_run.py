@@ -12,7 +12,7 @@ import pytest
 
 from kernel.external import Reason, RunDirectoryError, Stage, Status, Verdict, seal_job
 from tests.support.reference import canonical, sha256_file
-from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
+from tests.test_external_helpers import BELOW_SANDBOX, HONEST_PRODUCER, PYTHON, Scenario
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -91,7 +91,13 @@ def test_producer_runs_in_the_snapshot_and_argv_is_not_shell_expanded(tmp_path: 
         [str(Path(outcome.attempt_dir) / "producer" / "request.json"), "$HOME", "`id`",
          f"a b;{outcome.attempt_dir}"]
     )  # fmt: skip
-    assert env == repr(sorted(["LC_ALL", "PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE"]))
+    # The sandbox's environment (ADR 0018): the kernel's minimal one, nothing
+    # PYTHON* from outside but its own three, and the private /tmp as HOME
+    # (bubblewrap adds PWD, the working directory it changed to).
+    assert env == repr(sorted([
+        "HOME", "LC_ALL", "PATH", "PWD", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH", "TMPDIR",
+    ]))  # fmt: skip
 
 
 @pytest.mark.parametrize("target", ["executable", "dependency", "trusted_tool"])
@@ -132,7 +138,9 @@ def test_checker_dependency_swapped_by_the_producer_blocks_before_checker_launch
     helper = tmp_path / "scripts_helper.py"
     helper.write_text("VALUE = 1\n")
     producer = HONEST_PRODUCER + f"open({str(helper)!r}, 'w').write('VALUE = 2\\n')\n"
-    scenario = Scenario(tmp_path, producer=producer, checker_deps=(helper,))
+    scenario = Scenario(
+        tmp_path, max_containment=BELOW_SANDBOX, producer=producer, checker_deps=(helper,)
+    )
     outcome = scenario.run()
     assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
     assert "before the checker launch" in outcome.metadata.decision.detail
@@ -154,8 +162,7 @@ def test_checker_that_modifies_its_own_script_blocks_after_the_run(tmp_path: Pat
     # The checker runs a sealed copy (its __file__ is /dev/fd/N, read-only), so
     # it edits the pinned file through its path on disk.
     script = tmp_path / "scripts" / "checker.py"
-    scenario = Scenario(
-        tmp_path,
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX,
         checker_custom=f"open({str(script)!r}, 'a').write('# tampered\\n')",
     )
     assert scenario.checker_script == script
@@ -267,7 +274,12 @@ def test_a_symlinked_parent_directory_escaping_evidence_is_refused(tmp_path: Pat
         f"open(os.path.join({str(outside)!r}, 'proof.txt'), 'w').write('x')\n"
         f"os.symlink({str(outside)!r}, os.path.join(E, 'sub'))\n"
     )
-    scenario = Scenario(tmp_path, producer=_WRITE + body, artifacts=("sub/proof.txt",))
+    scenario = Scenario(
+        tmp_path,
+        max_containment=BELOW_SANDBOX,
+        producer=_WRITE + body,
+        artifacts=("sub/proof.txt",),
+    )
     assert scenario.run().reason is Reason.ARTIFACT_SYMLINK
 
 
@@ -276,7 +288,7 @@ def test_evidence_directory_replaced_by_a_symlink_is_refused(tmp_path: Path) -> 
     outside.mkdir()
     (outside / "proof.txt").write_text("x")
     body = f"os.rmdir(E)\nos.symlink({str(outside)!r}, E)\n"
-    scenario = Scenario(tmp_path, producer=_WRITE + body)
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=_WRITE + body)
     assert scenario.run().reason is Reason.ARTIFACT_SYMLINK
 
 
@@ -290,7 +302,7 @@ def test_snapshot_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:
         f"os.symlink({str(copy)!r}, S)\n"
         "open(os.path.join(E, 'proof.txt'), 'w').write('x')\n"
     )
-    scenario = Scenario(tmp_path, producer=_WRITE + body)
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=_WRITE + body)
     assert scenario.run().reason is Reason.SNAPSHOT_CHANGED
 
 
@@ -302,7 +314,9 @@ def test_producer_receipt_is_ignored(tmp_path: Path) -> None:
         "open(os.path.join(request['paths']['run_dir'], 'producer', 'receipt.json'), 'w')"
         ".write('{}')\n"
     )
-    scenario = Scenario(tmp_path, producer=producer, checker_custom="WRITE = False")
+    scenario = Scenario(
+        tmp_path, max_containment=BELOW_SANDBOX, producer=producer, checker_custom="WRITE = False"
+    )
     document = scenario.document()
     document["checks"][0]["producer"]["argv"].append("{{receipt}}")
     scenario.write_manifest(document)
@@ -315,20 +329,26 @@ def test_producer_preparing_the_checker_directory_is_tampering(tmp_path: Path) -
     producer = HONEST_PRODUCER + (
         "os.makedirs(os.path.join(request['paths']['run_dir'], 'checker'))\n"
     )
-    scenario = Scenario(tmp_path, producer=producer)
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=producer)
     assert scenario.run().reason is Reason.RUN_DIR_TAMPERED
 
 
 def test_producer_changing_its_snapshot_blocks(tmp_path: Path) -> None:
     producer = HONEST_PRODUCER + "open('spec/claim.txt', 'a').write('weakened')\n"
-    assert Scenario(tmp_path, producer=producer).run().reason is Reason.SNAPSHOT_CHANGED
+    scenario = Scenario(
+        tmp_path, max_containment=BELOW_SANDBOX, producer=producer
+    )
+    assert scenario.run().reason is Reason.SNAPSHOT_CHANGED
     # original repository untouched
     assert (tmp_path / "repo" / "spec" / "claim.txt").read_text() == "claim: 1 + 1 = 2\n"
 
 
 def test_producer_adding_a_file_to_its_snapshot_blocks(tmp_path: Path) -> None:
     producer = HONEST_PRODUCER + "open('scratch.txt', 'w').write('x')\n"
-    assert Scenario(tmp_path, producer=producer).run().reason is Reason.SNAPSHOT_CHANGED
+    scenario = Scenario(
+        tmp_path, max_containment=BELOW_SANDBOX, producer=producer
+    )
+    assert scenario.run().reason is Reason.SNAPSHOT_CHANGED
 
 
 def test_checker_changing_the_evidence_blocks(tmp_path: Path) -> None:
@@ -336,7 +356,10 @@ def test_checker_changing_the_evidence_blocks(tmp_path: Path) -> None:
         "import os\n"
         "open(os.path.join(request['paths']['evidence'], 'proof.txt'), 'a').write('more')"
     )
-    assert Scenario(tmp_path, checker_custom=custom).run().reason is Reason.EVIDENCE_CHANGED
+    scenario = Scenario(
+        tmp_path, max_containment=BELOW_SANDBOX, checker_custom=custom
+    )
+    assert scenario.run().reason is Reason.EVIDENCE_CHANGED
 
 
 def test_failing_producer_blocks_without_running_the_checker(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from kernel.orchestrate import replay_requests
 from kernel.serde import dumps
 from tests.support.cli import KERNEL_MAIN
 from tests.support.processes import cmdline, processes_mentioning
-from tests.test_external_helpers import HONEST_PRODUCER, Scenario, replay_stored
+from tests.test_external_helpers import BELOW_SANDBOX, HONEST_PRODUCER, Scenario, replay_stored
 
 T = TypeVar("T")
 
@@ -117,7 +117,9 @@ def test_a_pinned_file_replaced_by_a_fifo_blocks_the_run_not_hangs_it(tmp_path: 
     helper = tmp_path / "helper.py"
     helper.write_text("VALUE = 1\n")
     producer = HONEST_PRODUCER + f"os.unlink({str(helper)!r}); os.mkfifo({str(helper)!r})\n"
-    scenario = Scenario(tmp_path, producer=producer, checker_deps=(helper,))
+    scenario = Scenario(
+        tmp_path, max_containment=BELOW_SANDBOX, producer=producer, checker_deps=(helper,)
+    )
     outcome = _within(10.0, helper, scenario.run)
     assert outcome.status is Status.BLOCKED
     assert outcome.reason is Reason.PIN_CHANGED_BEFORE_LAUNCH
@@ -172,7 +174,7 @@ def test_a_directory_chain_deeper_than_the_recursion_limit_blocks_not_crashes(
     tmp_path: Path, where: str, reason: Reason
 ) -> None:
     producer = HONEST_PRODUCER + _DEEP + f"chain(request['paths'][{where!r}], 'd', 1200)\n"
-    scenario = Scenario(tmp_path, producer=producer)
+    scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=producer)
     try:
         outcome = scenario.run()
         assert outcome.status is Status.BLOCKED and outcome.reason is reason
@@ -234,10 +236,12 @@ def test_a_command_that_swaps_its_role_directory_for_a_symlink_is_tampering(
         f"os.symlink({str(outside / 'moved')!r}, directory)\n"
     )
     if role == "producer":
-        scenario = Scenario(tmp_path, producer=HONEST_PRODUCER + swap)
+        scenario = Scenario(
+            tmp_path, max_containment=BELOW_SANDBOX, producer=HONEST_PRODUCER + swap
+        )
     else:
         custom = swap.replace("sys.argv[1]", "receipt_path")
-        scenario = Scenario(tmp_path, checker_custom=custom)
+        scenario = Scenario(tmp_path, max_containment=BELOW_SANDBOX, checker_custom=custom)
     outcome = scenario.run()
     assert outcome.status is Status.BLOCKED
     assert outcome.reason is Reason.RUN_DIR_TAMPERED, outcome.metadata.decision.detail
@@ -254,7 +258,7 @@ def test_replay_never_follows_a_replays_symlink_planted_in_the_run(tmp_path: Pat
     elsewhere.mkdir()
     replays = "os.path.join(request['paths']['run_dir'], 'replays')"
     plant = f"os.symlink({str(elsewhere)!r}, {replays})\n"
-    run = Scenario(tmp_path, producer=HONEST_PRODUCER + plant).run()
+    run = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=HONEST_PRODUCER + plant).run()
     assert run.status is Status.PASS  # replays/ is not the run's business
     with pytest.raises(RunRecordError) as caught:
         replay_stored(run.attempt_dir)
@@ -408,7 +412,7 @@ def test_a_setsid_daemon_dies_with_its_step(tmp_path: Path) -> None:
         "os.wait()\n"
         f"while not os.path.exists({str(pid_file)!r}): time.sleep(0.01)\n"
     )
-    outcome = Scenario(tmp_path, producer=producer).run()
+    outcome = Scenario(tmp_path, max_containment=BELOW_SANDBOX, producer=producer).run()
     assert outcome.status is Status.PASS
     assert pid_file.exists()  # the daemon did start
     assert processes_mentioning(str(tmp_path)) == []

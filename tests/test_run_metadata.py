@@ -33,6 +33,7 @@ from kernel.external import (
     RunMetadata,
     RunRecordError,
     Status,
+    StepLimits,
     Verdict,
     read_run_metadata,
 )
@@ -53,6 +54,7 @@ GROUP_OF: dict[str, str | None] = {
     "job_id": "run",
     "job_digest": "run",
     "containment": None,
+    "limits": None,
     "check_digest": "checked",
     "input_digest": "checked",
     "inputs": "checked",
@@ -76,6 +78,12 @@ _text = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
 _digest = st.text("0123456789abcdef", min_size=64, max_size=64)
 _maybe_digest = st.none() | _digest
 _file_digest = st.fixed_dictionaries({"path": _text, "sha256": _digest})
+_positive = st.integers(min_value=1, max_value=2**40)
+_LIMIT_KEYS = (
+    "memory_bytes", "processes", "open_files", "file_size_bytes",
+    "cpu_seconds", "tmpfs_bytes", "artifact_bytes", "evidence_bytes",
+)  # fmt: skip
+_limits_documents = st.fixed_dictionaries({key: _positive for key in _LIMIT_KEYS})
 _process = st.none() | st.fixed_dictionaries(
     {
         "status": st.sampled_from(["exited", "timed_out", "cancelled", "launch_failed"]),
@@ -98,7 +106,7 @@ _decision = st.one_of(
 def metadata_documents(draw: st.DrawFn) -> dict[str, Any]:
     """A valid flat metadata document (a JSON object), drawn key by key."""
     doc: dict[str, Any] = {
-        "metadata_schema_version": 2,
+        "metadata_schema_version": 3,
         "kind": draw(st.sampled_from(["run", "replay"])),
         "run_id": draw(_text),
         "replay_of": draw(st.none() | _text),
@@ -107,7 +115,8 @@ def metadata_documents(draw: st.DrawFn) -> dict[str, Any]:
         "repository_root": draw(_text),
         "job_id": draw(_text),
         "job_digest": draw(_text),
-        "containment": draw(st.sampled_from([None, "subreaper", "namespace"])),
+        "containment": draw(st.sampled_from([None, "subreaper", "namespace", "sandbox"])),
+        "limits": draw(st.none() | _limits_documents),
         "check_digest": draw(_maybe_digest),
         "input_digest": draw(_maybe_digest),
         "inputs": draw(st.lists(_file_digest, max_size=3)),
@@ -153,7 +162,7 @@ _summary = st.builds(
 _files = st.lists(st.builds(FileDigest, _text, _digest), max_size=3).map(tuple)
 _records = st.builds(
     RunMetadata,
-    metadata_schema_version=st.just(2),
+    metadata_schema_version=st.just(3),
     run=st.builds(
         RunIdentity,
         kind=st.sampled_from(RunKind),
@@ -166,6 +175,7 @@ _records = st.builds(
         job_digest=_text,
     ),
     containment=st.none() | st.sampled_from(ContainmentLevel),
+    limits=st.none() | st.builds(StepLimits, *[_positive] * 8),
     checked=st.builds(
         CheckedDigests,
         check_digest=_maybe_digest,
@@ -244,7 +254,7 @@ def _sample() -> dict[str, Any]:
         "stdout_truncated": False,
     }
     return {
-        "metadata_schema_version": 2,
+        "metadata_schema_version": 3,
         "kind": "run",
         "run_id": "run-1",
         "replay_of": None,
@@ -254,6 +264,7 @@ def _sample() -> dict[str, Any]:
         "job_id": "job-1",
         "job_digest": digest,
         "containment": "subreaper",
+        "limits": None,
         "check_digest": digest,
         "input_digest": digest,
         "inputs": [{"path": "spec.txt", "sha256": digest}],
@@ -289,9 +300,9 @@ REFUSALS = [
         "containment",
         "x",
         "expected ContainmentLevel or null: 'x' is not a ContainmentLevel "
-        "(one of 'subreaper', 'namespace') @ $.containment",
+        "(one of 'subreaper', 'namespace', 'sandbox') @ $.containment",
     ),
-    ("metadata_schema_version", 3, "expected a value: metadata_schema_version is not 2 @ $"),
+    ("metadata_schema_version", 2, "expected a value: metadata_schema_version is not 3 @ $"),
     (
         "metadata_schema_version",
         True,
@@ -419,9 +430,9 @@ def test_the_metadata_holds_its_schema_version() -> None:
     checked = CheckedDigests(None, None, (), None, (), None)
     execution = Execution(None, None, None, None, None)
     decision = Decision(None, Status.BLOCKED, Reason.PIN_MISMATCH, "x")
-    RunMetadata(2, run, None, checked, execution, decision)
-    with pytest.raises(ValueError, match="metadata_schema_version is not 2"):
-        RunMetadata(3, run, None, checked, execution, decision)
+    RunMetadata(3, run, None, None, checked, execution, decision)
+    with pytest.raises(ValueError, match="metadata_schema_version is not 3"):
+        RunMetadata(2, run, None, None, checked, execution, decision)
 
 
 # --- a real run writes the same flat document -------------------------------------

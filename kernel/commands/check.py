@@ -74,7 +74,10 @@ check_pins.register(app)
 _REPO_HELP = "Repository root for the specification and inputs (default: the manifest's folder)."
 _CONTAINMENT_HELP = (
     "Use at most this containment level (default: the strongest this machine gives). "
-    "A check whose manifest requires more ends BLOCKED containment_unavailable."
+    "sandbox: bubblewrap, read-only filesystem but the step's own output directory, "
+    "private /tmp, no network, resource limits (ADR 0018); namespace: its own user + PID "
+    "namespace; subreaper: every descendant killed at the end. A check whose manifest "
+    "requires more ends BLOCKED containment_unavailable."
 )
 
 

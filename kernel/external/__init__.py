@@ -49,6 +49,7 @@ from kernel.external._receipt import (
 )
 from kernel.external._replay import read_run_metadata, replay_run
 from kernel.external._run import run_check
+from kernel.external._sandbox import DEFAULT_STEP_LIMITS, StepLimits, StepView
 from kernel.external._settings import (
     RunLimits,
     Stage,
@@ -73,6 +74,7 @@ __all__ = [
     "ClosureError",
     "Command",
     "ContainmentLevel",
+    "DEFAULT_STEP_LIMITS",
     "Decision",
     "Execution",
     "ExternalError",
@@ -101,6 +103,8 @@ __all__ = [
     "RunRecordError",
     "Stage",
     "Status",
+    "StepLimits",
+    "StepView",
     "Verdict",
     "available_level",
     "check_identity",

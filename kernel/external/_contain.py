@@ -2,9 +2,13 @@
 
 Theory of operation:
 
-- **Levels.** ``NAMESPACE``: the step runs as PID 1 of its own user + PID
-  namespace (``unshare --user --pid --fork --kill-child --mount-proc`` from
-  util-linux), entered through ``setpriv --pdeathsig KILL``. When the step's
+- **Levels.** ``SANDBOX`` (ADR 0018): everything ``NAMESPACE`` gives, in
+  bubblewrap, plus a read-only filesystem but for the step's own output
+  directory and a private tmpfs, no network, and resource limits; the view is
+  described once (``kernel.external._sandbox.StepView``).
+  ``NAMESPACE``: the step runs as PID 1 of its own user + PID namespace
+  (``unshare --user --pid --fork --kill-child --mount-proc`` from util-linux),
+  entered through ``setpriv --pdeathsig KILL``. When the step's
   first process exits, Linux kills every other process of the namespace and
   ``unshare`` returns only once they are all reaped; ``setsid``, ``setpgid``,
   double forks and ignored signals do not leave a PID namespace. If the kernel
@@ -45,6 +49,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, assert_never, final
@@ -52,6 +57,7 @@ from typing import Final, assert_never, final
 import attrs
 
 from kernel.external._fingerprint import Fingerprint, fingerprint_of
+from kernel.external._sandbox import StepView, sandbox_prefix, sandbox_tools
 
 __all__ = [
     "ContainmentLevel",
@@ -76,6 +82,7 @@ class ContainmentLevel(enum.Enum):
 
     SUBREAPER = "subreaper"
     NAMESPACE = "namespace"
+    SANDBOX = "sandbox"
 
     @property
     def rank(self) -> int:
@@ -87,7 +94,11 @@ class ContainmentLevel(enum.Enum):
         return required is None or self.rank >= required.rank
 
 
-_RANKS: Final = {ContainmentLevel.SUBREAPER: 0, ContainmentLevel.NAMESPACE: 1}
+_RANKS: Final = {
+    ContainmentLevel.SUBREAPER: 0,
+    ContainmentLevel.NAMESPACE: 1,
+    ContainmentLevel.SANDBOX: 2,
+}
 
 
 def _tool(name: str) -> str | None:
@@ -129,13 +140,38 @@ def _namespaces_work() -> bool:
     return done.returncode == 0
 
 
+@functools.cache
+def _sandbox_works() -> bool:
+    """The whole sandbox chain runs ``/bin/true`` in a view of a fresh directory."""
+    true = _tool("true")
+    if sandbox_tools() is None or true is None or not hasattr(os, "memfd_create"):
+        return False
+    try:
+        with tempfile.TemporaryDirectory(prefix="kernel-sandbox-probe-") as scratch:
+            view = StepView(output=scratch, read_only=(), needed=(), workdir=scratch)
+            done = subprocess.run(
+                [*sandbox_prefix(view), true],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={"PATH": "/usr/bin:/bin"},
+                timeout=_PROBE_TIMEOUT_SECONDS,
+                check=False,
+            )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
 def _subreaper_works() -> bool:
     return sys.platform == "linux" and hasattr(os, "memfd_create")
 
 
 def available_level(max_level: ContainmentLevel | None = None) -> ContainmentLevel | None:
     """The strongest level this machine gives, capped at ``max_level``; None if none."""
-    cap = max_level.rank if max_level is not None else ContainmentLevel.NAMESPACE.rank
+    cap = max_level.rank if max_level is not None else ContainmentLevel.SANDBOX.rank
+    if cap >= ContainmentLevel.SANDBOX.rank and _sandbox_works():
+        return ContainmentLevel.SANDBOX
     if cap >= ContainmentLevel.NAMESPACE.rank and _namespaces_work():
         return ContainmentLevel.NAMESPACE
     if _subreaper_works():
@@ -231,7 +267,8 @@ class SealedCopies:
 # --- the launcher ----------------------------------------------------------------------
 
 # Run by the kernel's own interpreter with ``-I -S -c`` (no site, no environment,
-# no file read at launch). ``ns REPORT FD ARGV...``: exec /proc/self/fd/FD with
+# no module of its own read from disk: "ns" uses only the frozen ``os`` and the
+# built-in ``sys``). ``ns REPORT FD ARGV...``: exec /proc/self/fd/FD with
 # ARGV; a failed exec is written to the pipe REPORT (closed on a successful
 # exec), so the kernel tells "could not start" from "exited 127".
 # ``reap REPORT PARENT FD ARGV...``: become a child subreaper, run the command, then
@@ -239,7 +276,7 @@ class SealedCopies:
 # polling); SIGTERM (also the parent-death signal) does the same at once.
 # Exit status: the command's (a signal is re-raised).
 LAUNCHER_SOURCE: Final = r"""
-import os, signal, sys
+import os, sys
 def run(report, fd, argv):
     os.set_inheritable(report, False)
     try:
@@ -283,7 +320,10 @@ def finish(status):
         os._exit(128 + number)
     os._exit(os.WEXITSTATUS(status) if status is not None else 125)
 def reap(report, parent, fd, argv):
-    import ctypes  # only here: it costs a few ms of start-up
+    # Only here: signal and ctypes are read from disk; the "ns" path runs on
+    # the frozen os and the built-in sys alone.
+    global signal
+    import ctypes, signal
     libc = ctypes.CDLL(None, use_errno=True)
     me = os.getpid()
     def stop(signum, frame):
@@ -318,14 +358,25 @@ else:
 
 
 def launcher_argv(
-    level: ContainmentLevel, report_fd: int, executable_fd: int, argv: Sequence[str]
+    level: ContainmentLevel,
+    report_fd: int,
+    executable_fd: int,
+    argv: Sequence[str],
+    view: StepView | None = None,
 ) -> tuple[str, ...]:
     """The argv that runs ``argv`` (whose program is the memfd ``executable_fd``) at ``level``.
 
-    A failed ``execve`` is reported on the pipe ``report_fd``.
+    A failed ``execve`` is reported on the pipe ``report_fd``. ``SANDBOX``
+    needs the step's ``view`` (what it may see, write and use).
     """
     launcher = (sys.executable, "-I", "-S", "-c", LAUNCHER_SOURCE)
     match level:
+        case ContainmentLevel.SANDBOX:
+            if view is None:
+                raise ValueError("the sandbox level needs the step's view")
+            return (
+                *sandbox_prefix(view), *launcher, "ns", str(report_fd), str(executable_fd), *argv
+            )  # fmt: skip
         case ContainmentLevel.NAMESPACE:
             prefix = _namespace_prefix()
             if prefix is None:  # available_level said yes: a tool vanished since

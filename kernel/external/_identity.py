@@ -57,8 +57,9 @@ def identity_object(entry: CheckEntry) -> JsonValue:
     assert isinstance(body, dict)
     # An entry that requires no containment level is identified exactly as
     # before the field existed: the identity is the entry as written.
-    if body.get("required_containment") is None:
-        body.pop("required_containment", None)
+    for optional in ("required_containment", "limits"):
+        if body.get(optional) is None:
+            body.pop(optional, None)
     return {"identity_version": IDENTITY_VERSION, **body}
 
 

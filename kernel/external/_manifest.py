@@ -18,8 +18,12 @@ Rules (seed 003, "Roles and accepted declarations", "Command identity",
 - ``argv[0]`` is the pinned executable (``{{python}}`` or its literal path):
   no unpinned program is ever launched directly;
 - every ``{{...}}`` in an argument is one of the six known placeholders;
-- ``required_containment`` (optional: ``"subreaper"`` or ``"namespace"``) is
-  the weakest containment the check may run under (ADR 0009).
+- ``required_containment`` (optional: ``"subreaper"``, ``"namespace"`` or
+  ``"sandbox"``) is the weakest containment the check may run under (ADR 0009,
+  ADR 0018);
+- ``limits`` (optional; every one of its fields, each a positive integer)
+  replaces the default limits of a sandboxed step and of its evidence
+  (ADR 0018).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import cattrs
 from cattrs.v import format_exception
 
 from kernel.external._contain import ContainmentLevel
+from kernel.external._sandbox import DEFAULT_STEP_LIMITS, StepLimits
 from kernel.external.errors import ManifestError
 from kernel.identity import JsonValue, is_digest
 from kernel.serde import OPTIONAL_ON_INPUT, SerdeError, make_converter, parse_json
@@ -231,6 +236,13 @@ class CheckEntry:
     required_containment: ContainmentLevel | None = attrs.field(
         default=None, metadata={OPTIONAL_ON_INPUT: True}
     )
+    # What a sandboxed step may use and leave (ADR 0018); None: the defaults.
+    # Absent from a document means None, and then absent from identity(check).
+    limits: StepLimits | None = attrs.field(default=None, metadata={OPTIONAL_ON_INPUT: True})
+
+    def step_limits(self) -> StepLimits:
+        """The limits every step of this check runs under: its own, else the defaults."""
+        return self.limits if self.limits is not None else DEFAULT_STEP_LIMITS
 
     def declared_inputs(self) -> tuple[str, ...]:
         """The specification (always included) followed by the other inputs."""

@@ -20,6 +20,7 @@ import attrs
 
 from kernel.external._contain import ContainmentLevel
 from kernel.external._process import ProcessResult, ProcessStatus
+from kernel.external._sandbox import StepLimits
 from kernel.identity import is_digest, sha256_hex
 from kernel.serde import FLATTENED
 
@@ -40,7 +41,7 @@ __all__ = [
     "summarize_process",
 ]
 
-METADATA_SCHEMA_VERSION: Final = 2
+METADATA_SCHEMA_VERSION: Final = 3
 
 
 @final
@@ -265,14 +266,18 @@ _FLAT: Final = {FLATTENED: True}
 class RunMetadata:
     """Everything a run or replay retains, written atomically as metadata.json.
 
-    Four groups (``run``, ``checked``, ``execution``, ``decision``) and the
-    containment level the attempt ran at; the document is flat (ADR 0017).
+    Four groups (``run``, ``checked``, ``execution``, ``decision``), the
+    containment level the attempt ran at and, in a sandbox, its limits; the
+    document is flat (ADR 0017).
     Optional fields are None when the run stopped before reaching them.
     """
 
     metadata_schema_version: int = attrs.field(validator=_check_schema_version)
     run: RunIdentity = attrs.field(metadata=_FLAT)
     containment: ContainmentLevel | None
+    # The limits a sandboxed attempt's steps ran under (ADR 0018); None below
+    # the sandbox level, or when the run stopped before choosing its level.
+    limits: StepLimits | None
     checked: CheckedDigests = attrs.field(metadata=_FLAT)
     execution: Execution = attrs.field(metadata=_FLAT)
     decision: Decision = attrs.field(metadata=_FLAT)

@@ -51,6 +51,7 @@ from typing import IO, Final, assert_never, final
 import attrs
 
 from kernel.external._contain import ContainmentLevel, launcher_argv, leader_children
+from kernel.external._sandbox import StepView
 
 __all__ = ["Cancellation", "ProcessResult", "ProcessStatus", "run_process"]
 
@@ -227,8 +228,8 @@ def _stop_contained(pid: int, pidfd: int | None, level: ContainmentLevel | None)
     match level:
         case None:
             return
-        case ContainmentLevel.NAMESPACE:
-            # The leader is unshare (not reaped, so its pid is stable); its child is
+        case ContainmentLevel.NAMESPACE | ContainmentLevel.SANDBOX:
+            # The leader is unshare or bwrap (not reaped, so its pid is stable); its child is
             # the namespace's PID 1, whose death kills and reaps the whole namespace
             # before unshare's waitpid returns.
             for child in leader_children(pid):
@@ -256,6 +257,7 @@ def run_process(
     containment: ContainmentLevel | None = None,
     executable_fd: int | None = None,
     pass_fds: Sequence[int] = (),
+    view: StepView | None = None,
 ) -> ProcessResult:
     """Run ``argv`` (no shell) in ``cwd`` with exactly ``env``.
 
@@ -265,7 +267,8 @@ def run_process(
 
     With ``containment``, ``executable_fd`` (a sealed copy of ``argv[0]``'s
     bytes) is what runs, with ``argv[0]`` unchanged, through the launcher at
-    that level; ``pass_fds`` are kept open for the command (its sealed scripts).
+    that level; ``pass_fds`` are kept open for the command (its sealed scripts);
+    ``view`` is what a ``SANDBOX`` step may see, write and use.
     """
     if timeout_seconds <= 0:
         raise ValueError("timeout_seconds must be positive")
@@ -277,7 +280,7 @@ def run_process(
         extra_fds: tuple[int, ...] = ()
         if containment is not None and executable_fd is not None:
             report = os.pipe()
-            command = list(launcher_argv(containment, report[1], executable_fd, argv))
+            command = list(launcher_argv(containment, report[1], executable_fd, argv, view))
             extra_fds = (executable_fd, report[1])
         proc = subprocess.Popen(
             command,

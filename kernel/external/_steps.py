@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -61,6 +62,7 @@ from kernel.external._outcome import (
 from kernel.external._pins import first_pin_failure
 from kernel.external._process import ProcessStatus, run_process
 from kernel.external._receipt import ReceiptExpectation, validate_receipt
+from kernel.external._sandbox import StepLimits, StepView, sandbox_environment
 from kernel.external._settings import (
     REQUEST_SCHEMA_VERSION,
     Progress,
@@ -89,6 +91,7 @@ __all__ = [
     "recheck_pins",
     "request_object",
     "require_utf8_path",
+    "step_view",
     "verify_snapshot",
 ]
 
@@ -118,6 +121,7 @@ class Recorder:
     job_id: str
     job_digest: str
     containment: ContainmentLevel | None = None
+    limits: StepLimits | None = None
     check_digest: str | None = None
     input_digest: str | None = None
     inputs: tuple[FileDigest, ...] = ()
@@ -148,6 +152,7 @@ class Recorder:
                 job_digest=self.job_digest,
             ),
             containment=self.containment,
+            limits=self.limits,
             checked=CheckedDigests(
                 check_digest=self.check_digest,
                 input_digest=self.input_digest,
@@ -251,6 +256,8 @@ def choose_containment(
             f"the check requires containment {want}; this machine gives {have}",
         )
     rec.containment = level
+    if level is ContainmentLevel.SANDBOX:
+        rec.limits = entry.step_limits()
     return level
 
 
@@ -417,6 +424,30 @@ def _reason_for(role: Role, status: ProcessStatus) -> Reason:
             assert_never(status)
 
 
+def step_view(role: Role, entry: CheckEntry, attempt: Attempt) -> StepView:
+    """What one step of this attempt may see, write and use (ADR 0018).
+
+    The producer writes only ``evidence/``; the checker only its receipt's
+    directory, where its request stays read-only. Both need the attempt
+    directory, their pinned files and the launcher's interpreter visible.
+    """
+    command = entry.producer if role is Role.PRODUCER else entry.checker
+    read_only: tuple[str, ...] = ()
+    if role is Role.PRODUCER:
+        output = attempt.evidence
+    else:
+        output = attempt.role_dir(Role.CHECKER)
+        read_only = (str(output / "request.json"),)
+    needed = (str(attempt.root), sys.executable, *(pin.path for pin in command.pins()))
+    return StepView(
+        output=str(output),
+        read_only=read_only,
+        needed=tuple(os.path.abspath(path) for path in needed),
+        workdir=str(attempt.snapshot),
+        limits=entry.step_limits(),
+    )
+
+
 def _sealed_command(
     role: Role, command: Command, argv: tuple[str, ...], attempt: Attempt
 ) -> tuple[SealedFile, tuple[str, ...], tuple[SealedFile, ...]]:
@@ -484,6 +515,10 @@ def launch(
     executable, argv, scripts = _sealed_command(role, command, argv, attempt)
     # Any change the step makes is stamped later than its request (FileLedger.settle).
     attempt.files.settle(attempt.role_dir(role) / "request.json")
+    view: StepView | None = None
+    if containment is ContainmentLevel.SANDBOX:
+        view = step_view(role, entry, attempt)
+        environment = sandbox_environment(environment)
     result = run_process(
         argv,
         cwd=attempt.snapshot,
@@ -495,6 +530,7 @@ def launch(
         containment=containment,
         executable_fd=executable.fd,
         pass_fds=tuple(script.fd for script in scripts),
+        view=view,
     )
     directory = attempt.role_dir(role)
     summary = summarize_process(result)

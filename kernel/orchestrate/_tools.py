@@ -35,6 +35,7 @@ from kernel.external import (
     Claim,
     ClosureError,
     Command,
+    ContainmentLevel,
     ManifestError,
     Pin,
     pin_closure,
@@ -200,6 +201,9 @@ def certification_entry(tools: CertifierTools) -> CheckEntry:
                 ("{{request}}", "{{receipt}}"),
                 (*tools.libpython, *tools.cvc5_files, *tools.system_libraries),
             ),
+            # A certification is only as good as its checker's isolation: never
+            # run the pair weaker than the sandbox (ADR 0018).
+            required_containment=ContainmentLevel.SANDBOX,
         )
     except ManifestError as exc:
         raise CertifierSetupError("entry_invalid", exc.message) from exc
