@@ -8,7 +8,8 @@ collects what the attempt learns and is frozen into ``RunMetadata`` by
 
 Nothing here reads the clock, the environment or a global path: deadlines,
 the child environment, the run root and the run id are arguments. (The
-``FileLedger`` reads the wall clock only to trust a fingerprint, never records it.)
+``FileLedger`` reads the wall clock only to trust a fingerprint, never records it;
+a ``StopWhen`` reads the monotonic clock for the deadline a hash of evidence keeps.)
 """
 
 from __future__ import annotations
