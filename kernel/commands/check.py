@@ -3,8 +3,10 @@
 The command-line shell around ``kernel.external``: it reads the manifest and
 the job, generates a fresh run id unless one is given, passes the minimal
 child environment (``kernel.external.default_environment``), turns SIGINT and
-SIGTERM into cancellation (the running command's process group is killed),
-and prints one canonical JSON document and a newline on stdout.
+SIGTERM into cancellation (the running command's process group is killed, a
+hash of evidence stops within one chunk: the run ends BLOCKED ``cancelled``,
+exit 1, its metadata written), and prints one canonical JSON document and a
+newline on stdout.
 
 Exit codes (all subcommands):
 
@@ -71,6 +73,31 @@ app = typer.Typer(
 )
 check_pins.register(app)
 
+ArtifactLimitOption = Annotated[
+    int | None,
+    typer.Option(
+        "--artifact-limit",
+        metavar="BYTES",
+        help=(
+            "Largest declared artifact in bytes, the larger of its apparent and allocated "
+            "size, checked before hashing (else BLOCKED artifact_too_large). "
+            "Default: 268435456 (256 MiB)."
+        ),
+    ),
+]
+EvidenceLimitOption = Annotated[
+    int | None,
+    typer.Option(
+        "--evidence-limit",
+        metavar="BYTES",
+        help=(
+            "Largest total of the declared artifacts in bytes, counted the same way, "
+            "checked before hashing (else BLOCKED evidence_too_large). "
+            "Default: 1073741824 (1 GiB)."
+        ),
+    ),
+]
+
 _REPO_HELP = "Repository root for the specification and inputs (default: the manifest's folder)."
 _CONTAINMENT_HELP = (
     "Use at most this containment level (default: the strongest this machine gives). "
@@ -116,9 +143,22 @@ def _cancel_on_signals() -> Iterator[threading.Event]:
             signal.signal(signum, old)
 
 
-def _limits(producer_timeout: float, checker_timeout: float) -> RunLimits:
+def _limits(
+    producer_timeout: float,
+    checker_timeout: float,
+    artifact_limit: int | None,
+    evidence_limit: int | None,
+) -> RunLimits:
+    sizes = {
+        name: value
+        for name, value in (
+            ("artifact_limit_bytes", artifact_limit),
+            ("evidence_limit_bytes", evidence_limit),
+        )
+        if value is not None  # not given: RunLimits' default
+    }
     try:
-        return RunLimits(producer_timeout, checker_timeout)
+        return RunLimits(producer_timeout, checker_timeout, **sizes)
     except ValueError as exc:
         _refuse("invalid_limits", str(exc))
 
@@ -157,6 +197,8 @@ def run_command(
     max_containment: Annotated[
         ContainmentLevel | None, typer.Option("--max-containment", help=_CONTAINMENT_HELP)
     ] = None,
+    artifact_limit: ArtifactLimitOption = None,
+    evidence_limit: EvidenceLimitOption = None,
 ) -> None:
     """Run the producer, then the checker, in RUN_ROOT/<run id>; print its metadata.
 
@@ -170,7 +212,7 @@ def run_command(
     refuse_stdio(MANIFEST=manifest, job=job, run_root=run_root, repo=repo)
 
     def action() -> None:
-        limits = _limits(producer_timeout, checker_timeout)
+        limits = _limits(producer_timeout, checker_timeout, artifact_limit, evidence_limit)
         root = repo if repo is not None else manifest.resolve().parent
         entry = load_manifest(manifest, repository_root=root).entry(check_id)
         job_value = load_job(job)
@@ -227,6 +269,8 @@ def replay_command(
             ),
         ),
     ] = None,
+    artifact_limit: ArtifactLimitOption = None,
+    evidence_limit: EvidenceLimitOption = None,
 ) -> None:
     """Re-run only the currently pinned checker on the retained evidence.
 
@@ -242,7 +286,7 @@ def replay_command(
     refuse_stdio(RUN_DIR=run_dir, manifest=manifest, repo=repo)
 
     def action() -> None:
-        limits = _limits(checker_timeout, checker_timeout)
+        limits = _limits(checker_timeout, checker_timeout, artifact_limit, evidence_limit)
         with _cancel_on_signals() as cancel:
             outcome = replay_run(
                 run_dir,

@@ -13,7 +13,10 @@ Rules:
   digest is the canonical digest of that list (seed 003: "digest of sorted
   evidence path/hash pairs");
 - a ``FileLedger`` lets one attempt read each file once: see its docstring
-  for when a stat fingerprint stands in for hashing the bytes again.
+  for when a stat fingerprint stands in for hashing the bytes again;
+- a long hash can be stopped: given a ``StopWhen``, it is checked before
+  every chunk (1 MiB), so a cancellation or a passed deadline ends the hash
+  within one chunk's read, as ``HashStopped`` (issue 18, finding 5).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import hashlib
 import os
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,6 +40,8 @@ from kernel.identity import JsonValue, canonical_json, digest
 
 __all__ = [
     "FileLedger",
+    "HashStopped",
+    "StopWhen",
     "TreeEntry",
     "copy_hashed",
     "fsync_directory",
@@ -49,6 +55,38 @@ __all__ = [
 ]
 
 _CHUNK: Final = 1024 * 1024
+
+
+class HashStopped(Exception):
+    """A hash (or a walk of a tree to hash) was abandoned: cancelled, or its deadline
+    passed (``expired``)."""
+
+    def __init__(self, detail: str, *, expired: bool) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.expired = expired
+
+
+@final
+@attrs.frozen
+class StopWhen:
+    """When a long hash gives up: ``cancel`` is set, or the monotonic clock reaches
+    ``deadline`` (a ``time.monotonic()`` value). Either may be None (never)."""
+
+    cancel: threading.Event | None = None
+    deadline: float | None = None
+
+    @classmethod
+    def within(cls, seconds: float, cancel: threading.Event | None) -> StopWhen:
+        """Stop on ``cancel``, or ``seconds`` from now."""
+        return cls(cancel, time.monotonic() + seconds)
+
+    def check(self, doing: str) -> None:
+        """Raise ``HashStopped`` if what the caller is ``doing`` must stop now."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise HashStopped(f"cancelled while {doing}", expired=False)
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise HashStopped(f"the deadline passed while {doing}", expired=True)
 
 
 def process_umask() -> int:
@@ -161,12 +199,14 @@ TreeEntry = tuple[str, str]
 """(relative POSIX path, kind) with kind one of dir, file, symlink, other."""
 
 
-def walk_tree(root: Path) -> tuple[TreeEntry, ...]:
+def walk_tree(root: Path, stop: StopWhen | None = None) -> tuple[TreeEntry, ...]:
     """Every entry under ``root`` (never following symlinks), sorted by path.
 
     Iterative, so a directory chain deeper than the interpreter's recursion
     limit (a producer can build one) is walked, not a ``RecursionError``; a
     path past ``PATH_MAX`` is an ``OSError`` like any other I/O failure.
+    ``stop`` is checked before each entry (a tree of millions of files is
+    walked until it says stop: ``HashStopped``).
     """
     entries: list[TreeEntry] = []
     pending: list[tuple[Path, str]] = [(root, "")]
@@ -174,6 +214,8 @@ def walk_tree(root: Path) -> tuple[TreeEntry, ...]:
         directory, prefix = pending.pop()
         with os.scandir(directory) as it:
             for item in it:
+                if stop is not None:
+                    stop.check(f"listing {root}")
                 relative = f"{prefix}{item.name}"
                 mode = item.stat(follow_symlinks=False).st_mode
                 if stat.S_ISLNK(mode):
@@ -229,15 +271,21 @@ def _copy_all(source: int, target: int) -> None:
                 view = view[os.write(target, view) :]
 
 
-def _hash_descriptor(fd: int, name: str) -> tuple[str, Fingerprint]:
+def _hash_descriptor(fd: int, name: str, stop: StopWhen | None = None) -> tuple[str, Fingerprint]:
     """SHA-256 of the whole file open at ``fd`` (read with ``pread``) and its fingerprint,
-    which must be the same before and after the read, else ``OSError``."""
+    which must be the same before and after the read, else ``OSError``; ``stop`` is
+    checked before each chunk (``HashStopped``)."""
     before = os.fstat(fd)
     hasher = hashlib.sha256()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
     offset = 0
-    while count := os.preadv(fd, [buffer], offset):
+    while True:
+        if stop is not None:
+            stop.check(f"hashing {name}")
+        count = os.preadv(fd, [buffer], offset)
+        if not count:
+            break
         hasher.update(view[:count])
         offset += count
     after = fingerprint_of(os.fstat(fd))
@@ -361,9 +409,12 @@ class FileLedger:
             ):
                 self._known[key] = attrs.evolve(known, settled=True)
 
-    def sha256(self, path: Path | str, *, follow_symlinks: bool) -> str:
+    def sha256(
+        self, path: Path | str, *, follow_symlinks: bool, stop: StopWhen | None = None
+    ) -> str:
         """SHA-256 of the regular file at ``path`` (a symlink at the last component is
-        followed only with ``follow_symlinks``); raises ``OSError``."""
+        followed only with ``follow_symlinks``); raises ``OSError``, or ``HashStopped``
+        when ``stop`` ends the read (nothing is recorded then)."""
         key = (os.fspath(path), follow_symlinks)
         known = self._known.get(key)
         if known is not None and known.settled:
@@ -372,7 +423,7 @@ class FileLedger:
                 return known.sha256
         fd = open_regular(path, follow_symlinks=follow_symlinks)
         try:
-            sha256, recorded = _hash_descriptor(fd, os.fspath(path))
+            sha256, recorded = _hash_descriptor(fd, os.fspath(path), stop)
         finally:
             os.close(fd)
         self.hashed_bytes += recorded[2]

@@ -97,6 +97,8 @@ class Reason(enum.Enum):
     ARTIFACT_SYMLINK = "artifact_symlink"
     ARTIFACT_NOT_REGULAR = "artifact_not_regular"
     ARTIFACT_UNDECLARED = "artifact_undeclared"
+    ARTIFACT_TOO_LARGE = "artifact_too_large"
+    EVIDENCE_TOO_LARGE = "evidence_too_large"
     EVIDENCE_CHANGED = "evidence_changed"
     # the receipt, field by field
     RECEIPT_MISSING = "receipt_missing"

@@ -18,7 +18,10 @@ Theory of operation (seed 003, "Replay"):
   byte for byte, their list digest the recorded ``evidence_digest``, and, when
   the operator gives one, that digest the operator's (``evidence_changed``
   otherwise); the artifact list must still be the one the current entry
-  declares;
+  declares; it is refused over the size limits before it is read
+  (``artifact_too_large``, ``evidence_too_large``), and capturing it (hash,
+  copy, hash) stops on cancellation or the checker's deadline
+  (``cancelled``, ``checker_timeout``);
 - a fresh attempt directory ``run_dir/replays/<replay_id>`` receives a fresh
   snapshot of the current inputs and a copy of the retained evidence; the
   checker runs there with a fresh request naming the replay id as its run id;
@@ -37,12 +40,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kernel.external._contain import ContainmentLevel
-from kernel.external._files import list_digest, read_capped, write_atomic
+from kernel.external._files import StopWhen, list_digest, read_capped, write_atomic
 from kernel.external._job import MAX_JOB_BYTES, Job
 from kernel.external._manifest import load_manifest
 from kernel.external._outcome import Reason, RunKind, RunMetadata, RunOutcome
 from kernel.external._settings import Progress, RunLimits, Stage
 from kernel.external._steps import (
+    KEPT_EVIDENCE_REASONS,
     Block,
     Recorder,
     build_identity,
@@ -169,10 +173,21 @@ def replay_run(
         recorded = original.checked  # what the run says it produced: checked, never trusted
         if recorded.evidence_digest is None or not recorded.artifacts:
             raise Block(Reason.EVIDENCE_CHANGED, "the run retained no complete evidence")
+        # Capturing the evidence (hash, copy, hash) shares the checker's deadline.
+        stop = StopWhen.within(limits.checker_timeout_seconds, cancel)
         try:
-            retained = hash_evidence(run_dir / "evidence", entry.evidence_artifacts)
+            retained = hash_evidence(
+                run_dir / "evidence",
+                entry.evidence_artifacts,
+                limits=limits,
+                stop=stop,
+                timeout_reason=Reason.CHECKER_TIMEOUT,
+            )
         except Block as block:
-            raise Block(Reason.EVIDENCE_CHANGED, f"retained evidence: {block.detail}") from block
+            reason = (
+                block.reason if block.reason in KEPT_EVIDENCE_REASONS else Reason.EVIDENCE_CHANGED
+            )
+            raise Block(reason, f"retained evidence: {block.detail}") from block
         if retained != recorded.artifacts or list_digest(retained) != recorded.evidence_digest:
             raise Block(
                 Reason.EVIDENCE_CHANGED,
@@ -191,7 +206,14 @@ def replay_run(
             target = attempt.evidence / item.path
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "evidence" / item.path, target, follow_symlinks=False)
-        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts, attempt.files)
+        rec.artifacts = hash_evidence(
+            attempt.evidence,
+            entry.evidence_artifacts,
+            attempt.files,
+            limits=limits,
+            stop=stop,
+            timeout_reason=Reason.CHECKER_TIMEOUT,
+        )
         if rec.artifacts != retained:
             raise Block(Reason.EVIDENCE_CHANGED, "evidence changed while it was copied")
         rec.evidence_digest = list_digest(rec.artifacts)

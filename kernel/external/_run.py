@@ -17,7 +17,10 @@ its ``Reason``):
 6. after it exits (and every process it started with it): the snapshot is
    unchanged, no ``checker/`` directory appeared, and ``evidence/`` holds
    exactly the declared artifacts as regular files (missing, symlinked,
-   non-regular or undeclared entries are typed failures); hash them; anything
+   non-regular or undeclared entries are typed failures), each within the
+   size limits before any is read (``artifact_too_large``,
+   ``evidence_too_large``); hash them, within the producer's deadline and
+   until cancelled (``producer_timeout``, ``cancelled``); anything
    the producer wrote to its own ``{{receipt}}`` is never read; after each
    command its own role directory (``producer/``, ``checker/``) must still be
    a plain directory, or nothing more is written or read there
@@ -38,7 +41,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kernel.external._contain import ContainmentLevel
-from kernel.external._files import list_digest, write_atomic, write_json_atomic
+from kernel.external._files import StopWhen, list_digest, write_atomic, write_json_atomic
 from kernel.external._job import Job
 from kernel.external._manifest import CheckEntry
 from kernel.external._outcome import Reason, RunKind, RunOutcome
@@ -122,6 +125,8 @@ def run_check(
         rec.producer_request_sha256 = sha256_hex(request)
         if progress is not None:
             progress(Stage.PRODUCER_LAUNCH)
+        # The producer's deadline also bounds the hash of the evidence it left.
+        stop = StopWhen.within(limits.producer_timeout_seconds, cancel)
         try:
             rec.producer = launch(
                 Role.PRODUCER,
@@ -142,7 +147,14 @@ def run_check(
         verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the producer")
         if attempt.role_dir(Role.CHECKER).exists() or attempt.role_dir(Role.CHECKER).is_symlink():
             raise Block(Reason.RUN_DIR_TAMPERED, "checker/ appeared while the producer ran")
-        rec.artifacts = hash_evidence(attempt.evidence, entry.evidence_artifacts, attempt.files)
+        rec.artifacts = hash_evidence(
+            attempt.evidence,
+            entry.evidence_artifacts,
+            attempt.files,
+            limits=limits,
+            stop=stop,
+            timeout_reason=Reason.PRODUCER_TIMEOUT,
+        )
         rec.evidence_digest = list_digest(rec.artifacts)
         check_phase(
             RunKind.RUN,

@@ -16,6 +16,8 @@ import attrs
 from kernel.external._manifest import PLACEHOLDERS
 
 __all__ = [
+    "DEFAULT_ARTIFACT_LIMIT_BYTES",
+    "DEFAULT_EVIDENCE_LIMIT_BYTES",
     "REQUEST_SCHEMA_VERSION",
     "Progress",
     "Role",
@@ -26,6 +28,8 @@ __all__ = [
 ]
 
 REQUEST_SCHEMA_VERSION: Final = 1
+DEFAULT_ARTIFACT_LIMIT_BYTES: Final = 256 * 1024 * 1024
+DEFAULT_EVIDENCE_LIMIT_BYTES: Final = 1024 * 1024 * 1024
 _PLACEHOLDER: Final = re.compile(r"\{\{([a-z_]+)\}\}")
 
 
@@ -39,15 +43,34 @@ def _positive_bytes(instance: object, attribute: attrs.Attribute[int], value: in
         raise ValueError(f"{attribute.name} must be positive")
 
 
+def _byte_count(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    # An integer, never a bool or a float: a limit read from JSON is used as written.
+    if type(value) is not int or value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
 @final
 @attrs.frozen
 class RunLimits:
-    """Deadlines (seconds) and size caps (bytes) for one run or replay."""
+    """Deadlines (seconds) and size caps (bytes) for one run or replay.
+
+    ``artifact_limit_bytes`` bounds each declared artifact and
+    ``evidence_limit_bytes`` all of them together, each counted as the larger
+    of the apparent size (``st_size``) and the allocated size
+    (``st_blocks * 512``), and checked before any artifact is hashed: a 1 TB
+    sparse file is refused by its ``lstat``, never read (issue 18, finding 5).
+    """
 
     producer_timeout_seconds: float = attrs.field(validator=_positive_seconds)
     checker_timeout_seconds: float = attrs.field(validator=_positive_seconds)
     output_limit_bytes: int = attrs.field(default=1024 * 1024, validator=_positive_bytes)
     receipt_limit_bytes: int = attrs.field(default=1024 * 1024, validator=_positive_bytes)
+    artifact_limit_bytes: int = attrs.field(
+        default=DEFAULT_ARTIFACT_LIMIT_BYTES, validator=_byte_count
+    )
+    evidence_limit_bytes: int = attrs.field(
+        default=DEFAULT_EVIDENCE_LIMIT_BYTES, validator=_byte_count
+    )
 
 
 @final
