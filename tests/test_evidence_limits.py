@@ -28,7 +28,7 @@ import pytest
 
 from kernel.external import RunLimits, Status
 from tests.support.cli import KERNEL_MAIN, kernel
-from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
+from tests.test_external_helpers import BELOW_SANDBOX, HONEST_PRODUCER, PYTHON, Scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftovers")]
 
@@ -36,6 +36,10 @@ TERABYTE = 1 << 40
 MIB = 1 << 20
 # Room for a 1 TB artifact: a hash the limits allow, and that takes minutes.
 ROOMY = ("--artifact-limit", str(2 * TERABYTE), "--evidence-limit", str(2 * TERABYTE))
+# A sandboxed step cannot even write a 1 TB file (its file-size rlimit;
+# tests/test_sandbox.py): the kernel's own bounds on what a step left, and its
+# stoppable hash, are what these tests show, so they run below the sandbox.
+BELOW = ("--max-containment", BELOW_SANDBOX.value)
 
 
 def _sparse_producer(sizes: dict[str, int]) -> str:
@@ -108,7 +112,7 @@ def _wait_until_hashing(process: subprocess.Popen[str], artifact: Path, within: 
 def test_a_one_terabyte_sparse_artifact_is_blocked_before_it_is_hashed(tmp_path: Path) -> None:
     scenario = Scenario(tmp_path, producer=_sparse_producer({"proof.txt": TERABYTE}))
     started = time.monotonic()
-    code, stdout, stderr = _finish(_start_run(scenario), 60, "it started")
+    code, stdout, stderr = _finish(_start_run(scenario, *BELOW), 60, "it started")
     elapsed = time.monotonic() - started
     metadata = _blocked(code, stdout, stderr)
     assert metadata["reason"] == "artifact_too_large", metadata["detail"]
@@ -157,7 +161,7 @@ def test_an_artifact_the_checker_grows_past_the_limit_is_blocked_after_it(tmp_pa
         f"os.truncate(os.path.join(request['paths']['evidence'], 'proof.txt'), {TERABYTE})\n"
     )
     scenario = Scenario(tmp_path, checker_custom=grow)
-    metadata = _blocked(*_finish(_start_run(scenario), 60, "it started"))
+    metadata = _blocked(*_finish(_start_run(scenario, *BELOW), 60, "it started"))
     assert metadata["reason"] == "artifact_too_large", metadata["detail"]
     assert metadata["detail"].startswith("after the checker: artifact 'proof.txt'")
     assert metadata["receipt_sha256"] is None  # an accepting receipt was written, never read
@@ -209,7 +213,7 @@ def test_sigterm_during_a_long_allowed_hash_ends_the_kernel_within_two_seconds(
     tmp_path: Path,
 ) -> None:
     scenario = Scenario(tmp_path, producer=_sparse_producer({"proof.txt": TERABYTE}))
-    process = _start_run(scenario, *ROOMY)
+    process = _start_run(scenario, *ROOMY, *BELOW)
     try:
         artifact = scenario.run_root / "run-1" / "evidence" / "proof.txt"
         _wait_until_hashing(process, artifact, within=30)
@@ -234,7 +238,7 @@ def test_sigterm_during_a_long_allowed_hash_ends_the_kernel_within_two_seconds(
 def test_a_hash_past_the_producers_deadline_ends_with_producer_timeout(tmp_path: Path) -> None:
     scenario = Scenario(tmp_path, producer=_sparse_producer({"proof.txt": TERABYTE}))
     started = time.monotonic()
-    process = _start_run(scenario, *ROOMY, "--producer-timeout", "3")
+    process = _start_run(scenario, *ROOMY, *BELOW, "--producer-timeout", "3")
     metadata = _blocked(*_finish(process, 30, "it started"))
     elapsed = time.monotonic() - started
     assert metadata["reason"] == "producer_timeout", metadata["detail"]

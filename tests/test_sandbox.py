@@ -635,3 +635,26 @@ def test_a_check_requiring_the_sandbox_is_blocked_below_it(tmp_path: Path) -> No
     assert "sandbox" in outcome.metadata.decision.detail
     assert outcome.metadata.execution.producer is None
     assert scenario.run("r2").status is Status.PASS
+
+
+def test_a_manifests_evidence_bounds_replace_the_callers(tmp_path: Path) -> None:
+    # The step may write a 3 MiB file (its file-size limit is 4 MiB), but the
+    # check approved at most 2 MiB per artifact: the kernel refuses it before
+    # hashing, even though the caller's own bound (the default) is larger.
+    producer = HONEST_PRODUCER + (
+        "with open(os.path.join(evidence, 'proof.txt'), 'wb') as handle:\n"
+        "    handle.write(b'x' * (3 * 1024 * 1024))\n"
+    )
+    scenario = Scenario(tmp_path, producer=producer)
+    document: dict[str, Any] = scenario.document()
+    limits = {
+        "memory_bytes": 1024**3, "processes": 64, "open_files": 64,
+        "file_size_bytes": 4 * 1024**2, "cpu_seconds": 30, "tmpfs_bytes": 1024**2,
+        "artifact_bytes": 2 * 1024**2, "evidence_bytes": 8 * 1024**2,
+    }  # fmt: skip
+    document["checks"][0]["limits"] = limits
+    scenario.write_manifest(document)
+    outcome = scenario.run()
+    assert outcome.reason is Reason.ARTIFACT_TOO_LARGE, outcome.metadata.decision.detail
+    assert outcome.metadata.limits is not None
+    assert outcome.metadata.limits.artifact_bytes == 2 * 1024**2

@@ -57,6 +57,7 @@ from kernel.external._steps import (
     freeze_snapshot,
     fresh_attempt,
     hash_evidence,
+    limits_for,
     require_utf8_path,
 )
 from kernel.external.errors import RunRecordError
@@ -148,6 +149,7 @@ def replay_run(
     entry = load_manifest(manifest_file, repository_root=root).entry(original.run.check_id)
     require_utf8_path(os.path.abspath(manifest_file), "manifest path")
     require_utf8_path(os.path.abspath(root), "repository root")
+    limits = limits_for(entry, limits)
     attempt = fresh_attempt(_replays_parent(run_dir), replay_id)
     rec = Recorder(
         kind=RunKind.REPLAY,
@@ -163,7 +165,7 @@ def replay_run(
     def body() -> None:
         write_atomic(attempt.root / "job.json", job_bytes)
         check_job(job, entry)
-        containment = choose_containment(entry, rec, max_containment)
+        containment = choose_containment(entry, rec, max_containment, limits)
         identity = build_identity(entry, rec, attempt)
         if progress is not None:
             progress(Stage.IDENTITY_BUILT)

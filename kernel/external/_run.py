@@ -58,6 +58,7 @@ from kernel.external._steps import (
     fresh_attempt,
     hash_evidence,
     launch,
+    limits_for,
     request_object,
     require_utf8_path,
     verify_snapshot,
@@ -93,6 +94,7 @@ def run_check(
     """
     require_utf8_path(os.path.abspath(manifest_path), "manifest path")
     require_utf8_path(os.path.abspath(repository_root), "repository root")
+    limits = limits_for(entry, limits)
     attempt = fresh_attempt(run_root, run_id)
     rec = Recorder(
         kind=RunKind.RUN,
@@ -108,7 +110,7 @@ def run_check(
     def body() -> None:
         write_atomic(attempt.root / "job.json", dumps(job) + b"\n")
         check_job(job, entry)
-        containment = choose_containment(entry, rec, max_containment)
+        containment = choose_containment(entry, rec, max_containment, limits)
         identity = build_identity(entry, rec, attempt)
         if progress is not None:
             progress(Stage.IDENTITY_BUILT)

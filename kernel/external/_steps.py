@@ -90,6 +90,7 @@ __all__ = [
     "finish",
     "freeze_snapshot",
     "fresh_attempt",
+    "limits_for",
     "hash_evidence",
     "launch",
     "recheck_pins",
@@ -246,10 +247,33 @@ def check_job(job: Job, entry: CheckEntry) -> None:
         )
 
 
+def limits_for(entry: CheckEntry, limits: RunLimits) -> RunLimits:
+    """The run's limits with the evidence bounds this check approved (ADR 0018).
+
+    An entry's own ``limits`` fix its evidence bounds (they are part of
+    identity(check)); an entry without them takes the caller's (the defaults,
+    or ``--artifact-limit`` / ``--evidence-limit``).
+    """
+    if entry.limits is None:
+        return limits
+    return attrs.evolve(
+        limits,
+        artifact_limit_bytes=entry.limits.artifact_bytes,
+        evidence_limit_bytes=entry.limits.evidence_bytes,
+    )
+
+
 def choose_containment(
-    entry: CheckEntry, rec: Recorder, max_containment: ContainmentLevel | None
+    entry: CheckEntry,
+    rec: Recorder,
+    max_containment: ContainmentLevel | None,
+    limits: RunLimits,
 ) -> ContainmentLevel:
-    """The level every step of this run uses (ADR 0009); never weaker than required."""
+    """The level every step of this run uses (ADR 0009); never weaker than required.
+
+    In the sandbox the limits its steps run under are recorded: the entry's
+    (or the defaults), with the evidence bounds of ``limits_for``.
+    """
     level = available_level(max_containment)
     required = entry.required_containment
     if level is None or not level.satisfies(required):
@@ -261,7 +285,11 @@ def choose_containment(
         )
     rec.containment = level
     if level is ContainmentLevel.SANDBOX:
-        rec.limits = entry.step_limits()
+        rec.limits = attrs.evolve(
+            entry.step_limits(),
+            artifact_bytes=limits.artifact_limit_bytes,
+            evidence_bytes=limits.evidence_limit_bytes,
+        )
     return level
 
 
