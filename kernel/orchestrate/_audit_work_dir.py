@@ -1,16 +1,17 @@
 """The audit of one attempt directory of a ``kernel run`` work directory (ADR-0006, ADR-0010).
 
-Per attempt: its external run (``audit_external``), the certification's
-request and receipt ids, the receipt's evidence digest against the run's
-metadata, the digests the request names, and the stored manifest entry
-against the run's identity.
+Per attempt: its external run (``audit_external``, the receipt rules
+included), the certification's request and receipt ids, the receipt's
+evidence digest against the run's metadata, that an accepting certification
+comes from a run whose metadata says PASS (and only from one), the digests
+the request names, and the stored manifest entry against the run's identity.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kernel.external import RunOutcome
+from kernel.external import RunOutcome, Status
 from kernel.identity import digest
 from kernel.orchestrate._audit_external import audit_external
 from kernel.orchestrate._audit_store import (
@@ -25,6 +26,7 @@ from kernel.orchestrate._certifier import CERTIFICATION_RECORD, backend_output
 from kernel.organs import (
     CertificationEvidence,
 )
+from kernel.verification import Status as ReceiptStatus
 from kernel.verification import receipt_id_of, request_id_of
 
 # --- a kernel run work directory (ADR-0006) -------------------------------------------
@@ -52,14 +54,18 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
                 "a symlink where the run keeps a directory",
             )
             return None
+    record = attempt / CERTIFICATION_RECORD
+    certified = record.exists() or record.is_symlink()
     metadata = audit_external(a, run) if (run / METADATA).exists() else None
-    if metadata is None and run.exists() and not (run / METADATA).exists():
+    if metadata is None and (run.exists() or certified) and not (run / METADATA).exists():
+        # The certifier writes certification.json only once its run has ended,
+        # which writes metadata.json: a certification without it binds nothing.
+        a.checked += 1
         a.finding(run / METADATA, "file", AuditCode.MISSING, "absent")
     if metadata is not None:
         a.compare(run / METADATA, "job_id", metadata.run.job_id, f"certify-{attempt.name}")
     _audit_manifest_copy(a, attempt, run)
-    record = attempt / CERTIFICATION_RECORD
-    if not record.exists() and not record.is_symlink():
+    if not certified:
         return None
     evidence = a.typed(record, CertificationEvidence)
     if evidence is None:
@@ -105,6 +111,17 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
         digest(output),
         AuditCode.ID_MISMATCH,
     )
+    # An accepting certification exists only for a run that passed (seed 003:
+    # PASS only for an accepting, valid receipt; ``backend_output``: PASS ->
+    # verified), and a run that passed is sealed accepting.
+    a.checked += 1
+    accepting = receipt.status is ReceiptStatus.VERIFIED
+    if accepting != (metadata.decision.status is Status.PASS):
+        a.finding(
+            record, "certification status", AuditCode.INCONSISTENT,
+            "the certification and its run's metadata disagree on whether the run passed",
+            receipt.status.value, metadata.decision.status.value,
+        )  # fmt: skip
     return evidence
 
 
