@@ -5,6 +5,11 @@ included), the certification's request and receipt ids, the receipt's
 evidence digest against the run's metadata, that an accepting certification
 comes from a run whose metadata says PASS (and only from one), the digests
 the request names, and the stored manifest entry against the run's identity.
+
+``derive_certification`` is that audit for one attempt on its own: the
+certification counts only if its attempt audits intact. ``kernel run
+--resume`` and the audit's re-derivation hand the pure core nothing else
+(``StoredCertifications``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from kernel.orchestrate._audit_external import audit_external
 from kernel.orchestrate._audit_store import (
     METADATA,
     AuditCode,
+    AuditFinding,
     Auditor,
     Unreadable,
     field_of,
@@ -123,6 +129,27 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
             receipt.status.value, metadata.decision.status.value,
         )  # fmt: skip
     return evidence
+
+
+def derive_certification(
+    attempt: Path,
+) -> tuple[CertificationEvidence | None, tuple[AuditFinding, ...]]:
+    """The certification of one attempt directory, derived again from its run's records.
+
+    Every check of ``audit_attempt`` (the external run, the receipt rules,
+    the certification's ids and its binding to the run's metadata) over this
+    attempt alone, offline. Returns the certification only when nothing was
+    found, else None, with the findings (paths relative to the work
+    directory). No certification stored: ``(None, ())``.
+    """
+    a = Auditor(attempt.parent)
+    try:
+        evidence = audit_attempt(a, attempt)
+    except OSError as exc:
+        a.finding(attempt, "attempt", AuditCode.NOT_REGULAR, f"unreadable: {exc.strerror or exc}")
+        evidence = None
+    findings = tuple(a.findings)
+    return (None if findings else evidence), findings
 
 
 def _audit_manifest_copy(a: Auditor, attempt: Path, run: Path) -> None:
