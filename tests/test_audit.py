@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +24,9 @@ import pytest
 
 from kernel.external import RunLimits, default_environment, replay_run
 from kernel.orchestrate import AuditCode, AuditInputError, RunLayout, audit_run
-from tests.orchestrate_helpers import E2E_BUNDLE, stored_main_job
+from tests.orchestrate_helpers import E2E_BUNDLE, ROOT, stored_main_job
 from tests.support.cli import kernel
-from tests.support.reference import sha
+from tests.support.reference import sha, sha256_file
 from tests.test_external_helpers import Scenario
 
 DIGEST_LINE = "0" * 64
@@ -430,6 +433,7 @@ def test_findings_name_stable_codes() -> None:
         "inconsistent",
         "undeclared",
         "outcome_mismatch",
+        "receipt_invalid",
     }
 
 
@@ -485,3 +489,166 @@ def test_a_symlinked_run_directory_inside_a_work_directory_is_reported(
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 3
     assert ("not_regular", "run") in _codes(report)
+
+
+# --- the receipt rules, applied again to stored receipts (issue 18, finding 7) -----------
+
+EXTERNAL = ROOT / "examples" / "external"
+
+
+def _relabel_metadata(run: Path, **changes: Any) -> None:
+    """metadata.json edited, its receipt digest fixed up to the receipt as it now is."""
+    receipt = run / "checker" / "receipt.json"
+    _edit_json(run / "metadata.json", receipt_sha256=sha256_file(receipt), **changes)
+
+
+@pytest.fixture(scope="module")
+def rejected_false_claim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`kernel check run` of the shipped false claim |x| < 100: BLOCKED checker_rejected."""
+    base = tmp_path_factory.mktemp("false")
+    made = subprocess.run(
+        [sys.executable, str(EXTERNAL / "make_manifest.py"), str(base)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    done = kernel(
+        "check", "run", base / "manifest.json", "smt-abs-false",
+        "--job", EXTERNAL / "jobs" / "smt-abs-false.json", "--repo", EXTERNAL,
+        "--run-root", base / "runs", "--run-id", "false-1",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    metadata = json.loads(done.stdout)["metadata"]
+    assert (metadata["status"], metadata["reason"]) == ("BLOCKED", "checker_rejected")
+    return Path(json.loads(done.stdout)["attempt_dir"])
+
+
+def test_a_receipt_relabelled_accepted_over_rejected_obligations_is_reported(
+    rejected_false_claim: Path, tmp_path: Path
+) -> None:
+    # Finding 7: the checker rejected every obligation; its receipt is edited
+    # to say accepted (the obligations stay rejected) and the metadata
+    # relabelled PASS, its receipt digest fixed up. Every digest reproduces;
+    # the kernel would refuse that receipt at run time
+    # (receipt_verdict_disagrees), and so must the audit.
+    run = tmp_path / "run"
+    shutil.copytree(rejected_false_claim, run, symlinks=True)
+    code, report = _audit(run)
+    assert code == 0, report  # the honest BLOCKED run audits intact
+    receipt = run / "checker" / "receipt.json"
+    document = json.loads(receipt.read_bytes())
+    assert document["verdict"] == "rejected"
+    assert {o["result"] for o in document["obligations"]} == {"rejected"}
+    receipt.write_text(json.dumps({**document, "verdict": "accepted"}))
+    _relabel_metadata(
+        run, status="PASS", reason=None, verdict="accepted", detail="accepted by a valid receipt"
+    )
+    code, report = _audit(run)
+    assert code == 3, report
+    (finding,) = report["findings"]  # nothing else: every digest was fixed up
+    assert (finding["code"], finding["subject"], finding["path"]) == (
+        "receipt_invalid", "receipt", "checker/receipt.json"
+    )
+    assert finding["recorded"] == "PASS - accepted"
+    assert finding["recomputed"] == "BLOCKED receipt_verdict_disagrees -"
+    assert "receipt_verdict_disagrees" in finding["message"]
+    text = kernel("audit", run)
+    assert text.returncode == 3 and "MISMATCH receipt_invalid checker/receipt.json" in text.stdout
+
+
+def _reverse_obligations(receipt: dict[str, Any]) -> None:
+    receipt["obligations"].reverse()
+
+
+def _cite_an_unlisted_artifact(receipt: dict[str, Any]) -> None:
+    receipt["obligations"][0]["evidence"] = ["metadata.json"]
+
+
+def _drop_an_obligation(receipt: dict[str, Any]) -> None:
+    receipt["obligations"].pop()
+
+
+def _add_a_field(receipt: dict[str, Any]) -> None:
+    receipt["note"] = "trust me"
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (_reverse_obligations, "receipt_obligations_mismatch"),
+        (_cite_an_unlisted_artifact, "receipt_obligation_evidence"),
+        (_drop_an_obligation, "receipt_obligations_mismatch"),
+        (_add_a_field, "receipt_extra_field"),
+    ],
+)
+def test_a_stored_receipt_that_breaks_a_receipt_rule_is_reported(
+    run_dir: Path, edit: Callable[[dict[str, Any]], None], reason: str
+) -> None:
+    # An accepting receipt of a PASS run edited against one rule of seed 003
+    # ("Checker receipt": manifest order, evidence only from listed artifacts,
+    # every obligation once, exactly ten fields), its digest fixed up in the
+    # metadata: the verdict and every bound field still match the metadata.
+    receipt = run_dir / "checker" / "receipt.json"
+    document = json.loads(receipt.read_bytes())
+    edit(document)
+    receipt.write_text(json.dumps(document))
+    _relabel_metadata(run_dir)
+    code, report = _audit(run_dir)
+    assert code == 3, report
+    assert _codes(report) == {("receipt_invalid", "receipt")}
+    assert report["findings"][0]["recomputed"] == f"BLOCKED {reason} -"
+
+
+def test_a_recorded_ending_the_valid_receipt_does_not_give_is_reported(run_dir: Path) -> None:
+    # A valid accepting receipt, the metadata relabelled BLOCKED checker_rejected
+    # (verdict kept): each field is possible alone, not together with that receipt.
+    _relabel_metadata(run_dir, status="BLOCKED", reason="checker_rejected")
+    code, report = _audit(run_dir)
+    assert code == 3, report
+    assert ("inconsistent", "decision") in _codes(report)
+
+
+@pytest.fixture(scope="module")
+def timed_out_work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """`kernel run` of the shipped bundle whose every certification ended producer_timeout."""
+    base = tmp_path_factory.mktemp("timeout")
+    work, out = base / "work", base / "outcomes.jsonl"
+    done = kernel("run", E2E_BUNDLE, "--work-dir", work, "--out", out, "-q", "--deadline", "0.001")
+    assert done.returncode == 3, done.stderr  # the shipped tampered attempt, as always
+    return work, out
+
+
+def test_an_accepting_certification_of_a_blocked_run_is_reported(
+    timed_out_work_dir: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # The certification of a run that timed out relabelled VERIFIED, its
+    # receipt_id resealed by hand; its evidence_digest still binds the run's
+    # metadata (BLOCKED producer_timeout), so only the status says it.
+    source, outcomes = timed_out_work_dir
+    work_dir = tmp_path / "work"
+    shutil.copytree(source, work_dir, symlinks=True)
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 0, report
+    record = _attempts(work_dir)[0] / "certification.json"
+    metadata = json.loads((record.parent / "run" / "metadata.json").read_bytes())
+    assert (metadata["status"], metadata["reason"]) == ("BLOCKED", "producer_timeout")
+    document = json.loads(record.read_bytes())
+    receipt = document["receipt"]
+    assert receipt["status"] == "INCONCLUSIVE"
+    receipt.update(status="VERIFIED", backend_verdict="verified")
+    receipt["receipt_id"] = sha({k: v for k, v in receipt.items() if k != "receipt_id"})
+    record.write_text(json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n")
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 3, report
+    assert _codes(report) == {("inconsistent", "certification status")}
+
+
+def test_a_certification_without_its_run_is_reported(work: tuple[Path, Path]) -> None:
+    # Removing run/ removed everything the certification has to agree with;
+    # the certifier writes certification.json only after the run's metadata.
+    work_dir, outcomes = work
+    attempt = next(p for p in _attempts(work_dir) if (p / "certification.json").exists())
+    shutil.rmtree(attempt / "run")
+    code, report = _audit(work_dir, "--outcomes", outcomes)
+    assert code == 3, report
+    assert ("missing", "file") in _codes(report)
+    assert any(f["path"] == f"{attempt.name}/run/metadata.json" for f in report["findings"])

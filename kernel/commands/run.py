@@ -16,7 +16,9 @@ Interrupts: SIGINT and SIGTERM stop the running certification, leave
 are kept (and re-emitted) once the pure core, from the bundle and the stored
 certification, gives each recorded line again (else exit 3,
 ``resume_log_tampered``, nothing touched); the attempts after them are
-certified afresh (their partial directories removed), none twice.
+certified afresh (their partial directories removed), none twice. A stored
+certification counts only when its attempt directory derives it again (its
+run's metadata and receipt, under the run-time receipt rules).
 
 Exit codes: README "Exit codes" and adr/0013 (0 / 1 --fail-on / 2 boundary
 / 3 integrity / 130 SIGINT / 143 SIGTERM). The default ``--fail-on`` for
@@ -104,7 +106,9 @@ certification's "producer_timeout: producer still running after 1s").
 Interrupts: SIGINT/SIGTERM leave DIR/INTERRUPTED and exit 130/143; run again
 with --resume to continue without redoing recorded attempts (each recorded
 outcome is first derived again from the bundle and the stored certification,
-nothing run; a line that differs is refused, exit 3).
+nothing run, and a certification counts only when its run's metadata and
+checker receipt give it again under the run-time receipt rules; a line that
+differs is refused, exit 3).
 
 Example: kernel run bundle.json --work-dir runs/1 -o out/outcomes.jsonl
 
@@ -268,21 +272,41 @@ def _check_recorded(work_dir: Path, prefix: list[Attempt], recorded: list[bytes]
     The work directory is a run store, not an authority (THREAT_MODEL: the run
     store is an attacker): a log line is kept only if the pure core, given the
     bundle's attempt and the certification stored for it (nothing is run),
-    writes exactly that line again. Otherwise a forged ``contract_and_proof_closed``
-    line would be carried into the outcomes and the verdict. Integrity (exit 3),
-    checked before anything in the directory is touched.
+    writes exactly that line again. A stored certification counts only once
+    it is derived again from its own run's records (``StoredCertifications``:
+    the attempt directory audits intact, its metadata and its checker's
+    receipt under the receipt rules the kernel applies at run time, and an
+    accepting certification only of a run whose metadata says PASS).
+    Otherwise a forged ``contract_and_proof_closed`` line, or a certification
+    resealed over a run that was BLOCKED, would be carried into the outcomes
+    and the verdict. Integrity (exit 3), checked before anything in the
+    directory is touched.
     """
+    stored = StoredCertifications(work_dir.absolute())
     ready = [item.request for item in prefix if isinstance(item, ReadyAttempt)]
-    decided = iter(replay_requests(ready, certified_manifest(),
-                                   StoredCertifications(work_dir.absolute())))
+    decided = iter(replay_requests(ready, certified_manifest(), stored))
     for number, (item, line) in enumerate(zip(prefix, recorded, strict=True), start=1):
         outcome = next(decided) if isinstance(item, ReadyAttempt) else item.refusal
         if outcome_line(item.attempt_index, item.attempt_id, outcome) != line + b"\n":
             refuse("resume_log_tampered",
                    f"{work_dir / OUTCOMES_FILE}: line {number} is not the outcome the bundle "
-                   f"and the stored certification give for attempt {item.attempt_index}; "
-                   "nothing was changed (kernel audit --outcomes --bundle lists what differs)",
+                   f"and the stored certification give for attempt {item.attempt_index}"
+                   f"{_underived(stored, item)}; nothing was changed "
+                   "(kernel audit --outcomes --bundle lists what differs)",
                    exit_code=EXIT_INTEGRITY)
+
+
+def _underived(stored: StoredCertifications, item: Attempt) -> str:
+    """Why the attempt's stored certification does not count, for the message ('' if it does)."""
+    if item.attempt_id is None or not _ATTEMPT_DIR.fullmatch(item.attempt_id):
+        return ""  # no directory of its own to look at
+    findings = stored.findings(item.attempt_id)
+    if not findings:
+        return ""
+    first = findings[0]
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    return (f" (its certification does not derive from its run's records: {first.code.value} "
+            f"{first.path} {first.subject}{more})")
 
 
 def _outcome_of(line: bytes) -> ReplayAdapterOutcome:

@@ -45,6 +45,8 @@ from kernel.external._receipt import (
     RECEIPT_FIELDS,
     ReceiptCheck,
     ReceiptExpectation,
+    reason_for,
+    recorded_expectation,
     validate_receipt,
 )
 from kernel.external._replay import read_run_metadata, replay_run
@@ -117,6 +119,8 @@ __all__ = [
     "parse_manifest",
     "pin_closure",
     "read_run_metadata",
+    "reason_for",
+    "recorded_expectation",
     "replay_run",
     "run_check",
     "run_process",

@@ -18,7 +18,16 @@ Rules (seed 003, "Checker receipt"; first failure wins, in this order):
    accepted, otherwise rejected if any is rejected, otherwise unknown.
 
 A valid receipt yields a ``Verdict``; what PASS needs besides (exit status
-zero) is the run's business, not this module's.
+zero) is the run's business, not this module's. ``reason_for`` is the one
+mapping from a receipt check to the run's ending (accepted: PASS; rejected:
+``checker_rejected``; unknown: ``checker_unknown``; refused: its reason),
+used at run time and whenever a stored run is judged again.
+
+``recorded_expectation`` rebuilds the values a stored run's receipt must be
+bound to from that run's own records (its ``metadata.json`` and its
+``identity.json``, which the check digest binds), so ``kernel audit`` and
+``kernel run --resume`` apply exactly these rules to a stored receipt
+(ADR-0010, issue 18).
 """
 
 from __future__ import annotations
@@ -28,8 +37,8 @@ from typing import Final, final
 
 import attrs
 
-from kernel.external._outcome import Reason, Verdict
-from kernel.identity import IdentityError, JsonValue, canonical_json
+from kernel.external._outcome import Reason, RunMetadata, Verdict
+from kernel.identity import IdentityError, JsonValue, canonical_json, sha256_hex
 from kernel.serde import SerdeError, parse_json
 
 __all__ = [
@@ -38,6 +47,8 @@ __all__ = [
     "ReceiptCheck",
     "ReceiptExpectation",
     "aggregate_verdict",
+    "reason_for",
+    "recorded_expectation",
     "validate_receipt",
 ]
 
@@ -245,3 +256,68 @@ def validate_receipt(data: bytes, expected: ReceiptExpectation, *, max_bytes: in
     except _Refused as refused:
         return ReceiptCheck(None, refused.reason, refused.detail)
     return ReceiptCheck(verdict, None, f"valid receipt, verdict {verdict.value}")
+
+
+def reason_for(check: ReceiptCheck) -> Reason | None:
+    """The run's ending for a receipt check: None (PASS) only for a valid accepting receipt.
+
+    A refused receipt ends with its own reason; a valid one that rejects or
+    answers unknown ends ``checker_rejected`` / ``checker_unknown``
+    (inconclusive, seed 003 "Verdict semantics").
+    """
+    if check.reason is not None:
+        return check.reason
+    if check.verdict is Verdict.REJECTED:
+        return Reason.CHECKER_REJECTED
+    if check.verdict is Verdict.UNKNOWN:
+        return Reason.CHECKER_UNKNOWN
+    return None
+
+
+def _names(value: JsonValue) -> tuple[str, ...] | None:
+    if type(value) is not list or not all(type(item) is str for item in value):
+        return None
+    return tuple(str(item) for item in value)
+
+
+def recorded_expectation(
+    metadata: RunMetadata, identity: JsonValue
+) -> ReceiptExpectation | None:
+    """What the receipt of a stored run must be bound to, from that run's own records.
+
+    ``identity`` is the run's stored ``identity.json`` document; it counts
+    only when its digest is the check digest the metadata records (the run
+    validated its receipt against exactly that identity). The obligations
+    and the artifacts a receipt may cite are the identity's own (the entry's
+    claim and evidence list). None when the records cannot say: a digest the
+    run never reached, or an identity that is not the recorded one or not
+    an entry.
+    """
+    run, checked = metadata.run, metadata.checked
+    if (
+        checked.check_digest is None
+        or checked.specification_digest is None
+        or checked.evidence_digest is None
+        or type(identity) is not dict
+    ):
+        return None
+    try:
+        canonical = canonical_json(identity)
+    except IdentityError:
+        return None
+    claim = identity.get("claim")
+    obligations = _names(claim.get("obligations")) if type(claim) is dict else None
+    artifacts = _names(identity.get("evidence_artifacts"))
+    if sha256_hex(canonical) != checked.check_digest or obligations is None or artifacts is None:
+        return None
+    return ReceiptExpectation(
+        job_id=run.job_id,
+        run_id=run.run_id,
+        check_id=run.check_id,
+        check_digest=checked.check_digest,
+        specification_digest=checked.specification_digest,
+        identity_canonical=canonical,
+        evidence_digest=checked.evidence_digest,
+        obligations=obligations,
+        artifacts=artifacts,
+    )

@@ -64,7 +64,7 @@ from kernel.external._outcome import (
 )
 from kernel.external._pins import first_pin_failure
 from kernel.external._process import ProcessStatus, run_process
-from kernel.external._receipt import ReceiptExpectation, validate_receipt
+from kernel.external._receipt import ReceiptExpectation, reason_for, validate_receipt
 from kernel.external._sandbox import StepLimits, StepView, sandbox_environment
 from kernel.external._settings import (
     REQUEST_SCHEMA_VERSION,
@@ -775,14 +775,16 @@ def check_phase(
         ),
         max_bytes=limits.receipt_limit_bytes,
     )
-    if checked.reason is not None:
-        raise Block(checked.reason, checked.detail)
-    assert checked.verdict is not None
-    rec.verdict = checked.verdict
-    if checked.verdict is Verdict.REJECTED:
-        raise Block(Reason.CHECKER_REJECTED, "the checker rejected the evidence (inconclusive)")
-    if checked.verdict is Verdict.UNKNOWN:
-        raise Block(Reason.CHECKER_UNKNOWN, "the checker answered unknown (inconclusive)")
+    rec.verdict = checked.verdict  # None for a refused receipt
+    # reason_for is the one mapping; kernel audit and --resume apply it to stored receipts.
+    ending = reason_for(checked)
+    if ending is Reason.CHECKER_REJECTED:
+        raise Block(ending, "the checker rejected the evidence (inconclusive)")
+    if ending is Reason.CHECKER_UNKNOWN:
+        raise Block(ending, "the checker answered unknown (inconclusive)")
+    if ending is not None:
+        raise Block(ending, checked.detail)
+    assert checked.verdict is Verdict.ACCEPTED
     return checked.verdict
 
 

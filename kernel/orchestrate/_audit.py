@@ -41,7 +41,9 @@ What is recomputed (each is one comparison; each failure one ``AuditFinding``):
   outcome backed by a certification of its candidate and run;
 - with a bundle: every outcome re-derived by the pure core from the bundle
   and the stored certifications (the proof authority re-judges each stored
-  receipt through the gate), byte for byte against the stored line.
+  receipt through the gate), byte for byte against the stored line; only a
+  certification whose attempt audited intact is handed to the pure core
+  (``StoredCertifications``, which ``kernel run --resume`` uses too).
 
 Metadata is structured with the external protocol's own ``RunMetadata`` so a
 field the protocol adds (for example a containment level) is read the way
@@ -83,6 +85,7 @@ from kernel.orchestrate._audit_store import (
     stored_files,
 )
 from kernel.orchestrate._audit_work_dir import attempt_dirs, audit_attempt
+from kernel.organs import CertificationEvidence
 from kernel.replay import (
     ReplayBundle,
 )
@@ -149,13 +152,19 @@ def audit_run(
             case RunLayout.EXTERNAL_RUN:
                 audit_external(a, root)
             case RunLayout.WORK_DIR:
-                certifications = {d.name: audit_attempt(a, d) for d in attempt_dirs(root)}
+                certifications: dict[str, CertificationEvidence | None] = {}
+                derived: dict[str, CertificationEvidence] = {}
+                for d in attempt_dirs(root):
+                    before = len(a.findings)
+                    evidence = certifications[d.name] = audit_attempt(a, d)
+                    if evidence is not None and len(a.findings) == before:
+                        derived[d.name] = evidence  # what --bundle may hand the pure core
                 if lines is not None and outcomes is not None:
                     _audit_outcome_count(a, outcomes.name, len(lines))
                     stored = audit_outcomes(a, outcomes, lines)
                     link_outcomes(a, outcomes.name, stored, certifications)
                     if bundle is not None:
-                        rederive(a, outcomes.name, lines, stored, bundle)
+                        rederive(a, outcomes.name, lines, stored, bundle, derived)
             case _:
                 assert_never(layout)
     except OSError as exc:

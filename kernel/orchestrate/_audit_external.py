@@ -3,24 +3,36 @@
 ``audit_external`` recomputes the job and check digests, every recorded
 file's SHA-256, the input and evidence digests, what the requests and the
 checker's receipt bind, and that status, reason and verdict go together;
-it reports files no record lists, and audits each retained replay the same
-way.
+it applies the receipt rules again (``_audit_receipt_rules``); it reports
+files no record lists, and audits each retained replay the same way.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kernel.external import RunMetadata, Status, Verdict
+from kernel.external import (
+    ProcessStatus,
+    Reason,
+    RunMetadata,
+    Status,
+    Verdict,
+    reason_for,
+    recorded_expectation,
+    validate_receipt,
+)
 from kernel.identity import JsonValue, digest
 from kernel.orchestrate._audit_store import (
     METADATA,
     AuditCode,
     Auditor,
+    Unreadable,
     field_of,
     pairs_digest,
+    read_bounded,
     tree_names,
 )
+from kernel.serde import MAX_DOCUMENT_BYTES
 
 # --- one external run directory (seed 003) -------------------------------------------
 
@@ -97,6 +109,7 @@ def audit_external(a: Auditor, run: Path) -> RunMetadata | None:
     if metadata.decision.verdict is not None:
         _audit_checker_receipt(a, run / "checker" / "receipt.json", metadata, identity)
     _audit_status(a, meta_path, metadata)
+    _audit_receipt_rules(a, run, metadata, identity)
     replays = run / "replays"
     if replays.is_dir() and not replays.is_symlink():
         for child in sorted(replays.iterdir()):
@@ -215,3 +228,90 @@ def _audit_status(a: Auditor, path: Path, metadata: RunMetadata) -> None:
             decision.status.value,
             decision.verdict.value if decision.verdict is not None else None,
         )
+
+
+def _judged(metadata: RunMetadata) -> bool:
+    """Whether the run validated its receipt, by what it records.
+
+    At run time the receipt's SHA-256 is recorded just before the receipt
+    rules run, and a verdict just after a receipt passed them; a PASS exists
+    only after both. The two exceptions record a digest without judging: a
+    checker that failed (its receipt is kept, never read) and a receipt over
+    the run's size limit, which the audit cannot apply (the limit is the
+    run's setting, not recorded).
+    """
+    decision = metadata.decision
+    return (
+        decision.status is Status.PASS
+        or decision.verdict is not None
+        or (
+            metadata.execution.receipt_sha256 is not None
+            and decision.reason not in (Reason.CHECKER_FAILED, Reason.RECEIPT_TOO_LARGE)
+        )
+    )
+
+
+def _ending(status: Status, reason: Reason | None, verdict: Verdict | None) -> str:
+    named = reason.value if reason is not None else "-"
+    return f"{status.value} {named} {verdict.value if verdict is not None else '-'}"
+
+
+def _audit_receipt_rules(
+    a: Auditor, run: Path, metadata: RunMetadata, identity: JsonValue | None
+) -> None:
+    """The receipt rules the kernel applies at run time, applied again to the stored receipt.
+
+    Seed 003 "Checker receipt" with ``validate_receipt`` itself, against what
+    the run's own records say the receipt must be bound to
+    (``recorded_expectation``): exactly the ten fields, the bound values,
+    every obligation once in manifest order, evidence citing only listed
+    artifacts, and a top-level verdict that agrees with every obligation.
+    The ending it gives (``reason_for``) must be the one the metadata
+    records, and a judged receipt needs a checker that exited 0. So a
+    receipt relabelled ``accepted`` over rejected obligations, with its
+    metadata relabelled PASS and every digest fixed up, is reported
+    (``receipt_invalid``), where the digests alone reproduce.
+    """
+    if not _judged(metadata):
+        return
+    path = run / "checker" / "receipt.json"
+    decision = metadata.decision
+    recorded = _ending(decision.status, decision.reason, decision.verdict)
+    a.checked += 1
+    checker = metadata.execution.checker
+    if checker is None or checker.status is not ProcessStatus.EXITED or checker.returncode != 0:
+        a.finding(
+            run / METADATA, "checker exit", AuditCode.INCONSISTENT,
+            "a judged receipt from a checker that did not exit 0",
+        )  # fmt: skip
+    expected = recorded_expectation(metadata, identity)
+    a.checked += 1
+    if expected is None:
+        a.finding(
+            run / METADATA, "receipt rules", AuditCode.INCONSISTENT,
+            "the run judged a receipt, but its records (digests, identity.json) do not say "
+            "what the receipt must be bound to", recorded, None,
+        )  # fmt: skip
+        return
+    try:
+        data = read_bounded(path)
+    except Unreadable as exc:
+        a.finding(path, "receipt rules", exc.code, exc.message, recorded, None)
+        return
+    check = validate_receipt(data, expected, max_bytes=MAX_DOCUMENT_BYTES)
+    reason = reason_for(check)
+    again = _ending(Status.PASS if reason is None else Status.BLOCKED, reason, check.verdict)
+    if again == recorded:
+        return
+    if check.reason is not None:
+        a.finding(
+            path, "receipt", AuditCode.RECEIPT_INVALID,
+            f"the receipt breaks the receipt rules ({check.reason.value}: {check.detail}); "
+            "the kernel refuses it at run time", recorded, again,
+        )  # fmt: skip
+    else:
+        a.finding(
+            run / METADATA, "decision", AuditCode.INCONSISTENT,
+            "the stored receipt is valid, and the ending it gives is not the one recorded",
+            recorded, again,
+        )  # fmt: skip

@@ -26,6 +26,7 @@ from kernel.orchestrate._audit_store import (
     read_bounded,
     same_json,
 )
+from kernel.orchestrate._audit_work_dir import derive_certification
 from kernel.orchestrate._certifier import CERTIFICATION_RECORD, author_session
 from kernel.orchestrate._driver import replay_bundle
 from kernel.organs import (
@@ -227,23 +228,38 @@ def link_outcomes(
 class StoredCertifications:
     """An ``EvidenceProvider`` that hands back the certifications a work directory stored.
 
-    It never runs anything: each contract-closed attempt gets the stored
-    ``certification.json`` of its attempt directory (or nothing), and the pure
-    proof authority judges it again.
+    It never runs anything, and it trusts nothing it has not derived again:
+    a contract-closed attempt gets its stored ``certification.json`` only
+    when the attempt directory audits intact (``derive_certification``: its
+    run's metadata and receipt, under the receipt rules the kernel applies
+    at run time, give that certification), and the pure proof authority then
+    judges it again. Otherwise the attempt gets nothing (the obligation is
+    unavailable, never closed). ``derived``, when given, holds the
+    certifications a caller has already derived this way (the audit's own
+    pass over every attempt), by attempt id; no other attempt gets one.
     """
 
     work_dir: Path
+    derived: Mapping[str, CertificationEvidence] | None = None
 
     def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
-        """The stored certification document of ``state``'s attempt, or ``()``."""
+        """The derived certification document of ``state``'s attempt, or ``()``."""
         replay_input = state.validated.request.replay_input
         if TARGET_CERTIFIED not in replay_input.proof_obligation_refs:
             return ()
-        try:
-            data = read_bounded(self.work_dir / replay_input.attempt_id / CERTIFICATION_RECORD)
-        except Unreadable:
+        attempt_id = replay_input.attempt_id
+        if self.derived is not None:
+            evidence = self.derived.get(attempt_id)
+        else:
+            evidence, _ = derive_certification(self.work_dir / attempt_id)
+        if evidence is None:
             return ()
-        return (ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE, data.rstrip(b"\n")),)
+        # The very value that was audited, never the file read a second time.
+        return (ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE, dumps(evidence)),)
+
+    def findings(self, attempt_id: str) -> tuple[AuditFinding, ...]:
+        """Why the certification stored for ``attempt_id`` does not derive (``()``: it does)."""
+        return derive_certification(self.work_dir / attempt_id)[1]
 
 
 def rederive(
@@ -252,10 +268,13 @@ def rederive(
     lines: list[bytes],
     stored: list[StoredOutcome | None],
     bundle: ReplayBundle,
+    certifications: Mapping[str, CertificationEvidence],
 ) -> None:
+    """Each outcome again from the bundle and the derived ``certifications``, byte for byte."""
     try:
         attempt_ids = [request.attempt.attempt_id for request in requests_from_bundle(bundle)]
-        outcomes = replay_bundle(bundle, CERTIFIED_MANIFEST, StoredCertifications(a.root))
+        provider = StoredCertifications(a.root, certifications)
+        outcomes = replay_bundle(bundle, CERTIFIED_MANIFEST, provider)
     except ValueError as exc:
         raise AuditInputError("bundle_refused", str(exc)) from exc
     # Each line as the command would write it again, in the stored line's own

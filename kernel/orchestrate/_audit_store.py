@@ -48,6 +48,7 @@ class AuditCode(enum.Enum):
     INCONSISTENT = "inconsistent"
     UNDECLARED = "undeclared"
     OUTCOME_MISMATCH = "outcome_mismatch"
+    RECEIPT_INVALID = "receipt_invalid"
 
 
 @final

@@ -1,21 +1,28 @@
 """The audit of one attempt directory of a ``kernel run`` work directory (ADR-0006, ADR-0010).
 
-Per attempt: its external run (``audit_external``), the certification's
-request and receipt ids, the receipt's evidence digest against the run's
-metadata, the digests the request names, and the stored manifest entry
-against the run's identity.
+Per attempt: its external run (``audit_external``, the receipt rules
+included), the certification's request and receipt ids, the receipt's
+evidence digest against the run's metadata, that an accepting certification
+comes from a run whose metadata says PASS (and only from one), the digests
+the request names, and the stored manifest entry against the run's identity.
+
+``derive_certification`` is that audit for one attempt on its own: the
+certification counts only if its attempt audits intact. ``kernel run
+--resume`` and the audit's re-derivation hand the pure core nothing else
+(``StoredCertifications``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kernel.external import RunOutcome
+from kernel.external import RunOutcome, Status
 from kernel.identity import digest
 from kernel.orchestrate._audit_external import audit_external
 from kernel.orchestrate._audit_store import (
     METADATA,
     AuditCode,
+    AuditFinding,
     Auditor,
     Unreadable,
     field_of,
@@ -25,6 +32,7 @@ from kernel.orchestrate._certifier import CERTIFICATION_RECORD, backend_output
 from kernel.organs import (
     CertificationEvidence,
 )
+from kernel.verification import Status as ReceiptStatus
 from kernel.verification import receipt_id_of, request_id_of
 
 # --- a kernel run work directory (ADR-0006) -------------------------------------------
@@ -52,14 +60,18 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
                 "a symlink where the run keeps a directory",
             )
             return None
+    record = attempt / CERTIFICATION_RECORD
+    certified = record.exists() or record.is_symlink()
     metadata = audit_external(a, run) if (run / METADATA).exists() else None
-    if metadata is None and run.exists() and not (run / METADATA).exists():
+    if metadata is None and (run.exists() or certified) and not (run / METADATA).exists():
+        # The certifier writes certification.json only once its run has ended,
+        # which writes metadata.json: a certification without it binds nothing.
+        a.checked += 1
         a.finding(run / METADATA, "file", AuditCode.MISSING, "absent")
     if metadata is not None:
         a.compare(run / METADATA, "job_id", metadata.run.job_id, f"certify-{attempt.name}")
     _audit_manifest_copy(a, attempt, run)
-    record = attempt / CERTIFICATION_RECORD
-    if not record.exists() and not record.is_symlink():
+    if not certified:
         return None
     evidence = a.typed(record, CertificationEvidence)
     if evidence is None:
@@ -105,7 +117,39 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
         digest(output),
         AuditCode.ID_MISMATCH,
     )
+    # An accepting certification exists only for a run that passed (seed 003:
+    # PASS only for an accepting, valid receipt; ``backend_output``: PASS ->
+    # verified), and a run that passed is sealed accepting.
+    a.checked += 1
+    accepting = receipt.status is ReceiptStatus.VERIFIED
+    if accepting != (metadata.decision.status is Status.PASS):
+        a.finding(
+            record, "certification status", AuditCode.INCONSISTENT,
+            "the certification and its run's metadata disagree on whether the run passed",
+            receipt.status.value, metadata.decision.status.value,
+        )  # fmt: skip
     return evidence
+
+
+def derive_certification(
+    attempt: Path,
+) -> tuple[CertificationEvidence | None, tuple[AuditFinding, ...]]:
+    """The certification of one attempt directory, derived again from its run's records.
+
+    Every check of ``audit_attempt`` (the external run, the receipt rules,
+    the certification's ids and its binding to the run's metadata) over this
+    attempt alone, offline. Returns the certification only when nothing was
+    found, else None, with the findings (paths relative to the work
+    directory). No certification stored: ``(None, ())``.
+    """
+    a = Auditor(attempt.parent)
+    try:
+        evidence = audit_attempt(a, attempt)
+    except OSError as exc:
+        a.finding(attempt, "attempt", AuditCode.NOT_REGULAR, f"unreadable: {exc.strerror or exc}")
+        evidence = None
+    findings = tuple(a.findings)
+    return (None if findings else evidence), findings
 
 
 def _audit_manifest_copy(a: Auditor, attempt: Path, run: Path) -> None:
