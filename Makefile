@@ -135,8 +135,17 @@ bench-groups: $(STAMP) sandbox-tools  ## the detailed interleaved comparisons: c
 bench-parallel: $(STAMP) sandbox-tools  ## 200 real checks: serial against process pools and Dask of 1, 2, 4 workers, 3 full rounds (~10-25 min)
 	$(BIN)/python -m bench --parallel
 
+DRAT_TRIM_COMMIT = effa1dcce85c878236f8313133dff1a2b766cd7c
+build/drat-trim/drat-trim:  # benchmark only: never a runtime dependency, never committed
+	git clone https://github.com/marijnheule/drat-trim build/drat-trim
+	git -C build/drat-trim checkout $(DRAT_TRIM_COMMIT)
+	gcc build/drat-trim/drat-trim.c -std=c99 -O2 -o build/drat-trim/drat-trim
+
+.PHONY: drat-trim
+drat-trim: build/drat-trim/drat-trim  ## build drat-trim from its public source (the DRAT benchmark's reference)
+
 .PHONY: bench-drat
-bench-drat: $(STAMP)  ## the DRAT checker against dratify's pure-Python engine (ratios, ~10 min)
+bench-drat: $(STAMP) build/drat-trim/drat-trim  ## the DRAT checker against drat-trim and dratify's pure-Python engine (ratios, ~30 min)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench --drat
 

@@ -7,7 +7,7 @@ python -m bench --rounds 7       # a quick look
 python -m bench --markdown       # also print the tables as Markdown
 python -m bench --scale 1000 10000 100000   # only: CPU of replay batches by size
 python -m bench --scale 10000 100000 --frozen   # the same, bundle frozen from the GC
-python -m bench --drat           # the DRAT checker against dratify (bench/_drat.py)
+python -m bench --drat           # the DRAT checker against drat-trim and dratify (bench/_drat.py)
 python -m bench --parallel       # serial against process pools and Dask (bench/_parallel.py)
 """
 
@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     parser.add_argument("--drat", action="store_true", help="run only the DRAT comparison")
     parser.add_argument(
+        "--no-dratify", action="store_true", help="--drat: compare with drat-trim only"
+    )
+    parser.add_argument(
         "--scale",
         type=int,
         nargs="+",
@@ -121,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.drat:
         from bench._drat import main as drat_main
 
-        return drat_main(rounds=args.rounds if args.rounds != 81 else 5)
+        rounds = args.rounds if args.rounds != 81 else 5
+        return drat_main(rounds=rounds, with_dratify=not args.no_dratify)
     if args.scale:
         from bench._replay_split import scaling
 

@@ -1,16 +1,24 @@
-"""DRAT checking: the shipped checker against dratify's pure-Python engine, same proofs.
+"""DRAT checking: the shipped checker against drat-trim and dratify, same proofs.
 
+    make drat-trim                         # build drat-trim (benchmark only; below)
     python -m bench --drat                 # the run recorded in BENCHMARKS.md
     python -m bench --drat --rounds 3      # a quicker look
+    python -m bench --drat --no-dratify    # skip dratify (the largest proofs take minutes)
 
-``examples/backends/sat_checker.py`` (the project's checker) and ``dratify``
-0.1.10 (``engine="python"``; a bench-only dependency, the ``bench`` extra:
-it is unsound on deletions, issue 13, and is never used to check anything)
-each go from the DIMACS and DRAT text to a verdict on proofs CaDiCaL 1.9.5
-(python-sat) writes for the instances below. Both must accept every proof
-before anything is timed. Each round times each checker once, alternating
-which goes first; the ratio is shipped time / dratify time within a round
-(< 1: the shipped checker is faster; the issue's bound is 1.5).
+``examples/backends/sat_checker.py`` (the project's checker), drat-trim (C,
+the reference backward checker; built from its public source by
+``make drat-trim``, which runs ``DRAT_TRIM_BUILD`` below into
+``build/drat-trim``; it is never a runtime dependency and its code is never
+committed) and ``dratify`` 0.1.10 (``engine="python"``; a bench-only
+dependency, the ``bench`` extra: it is unsound on deletions, issue 13, and is
+never used to check anything) each go from the DIMACS and DRAT text to a
+verdict on proofs CaDiCaL 1.9.5 (python-sat) writes for the instances below.
+Every checker must accept every proof before anything is timed. Each round
+times each checker once, rotating which goes first; the ratios are shipped
+time / drat-trim time (issue 19's target: at most 5) and shipped time /
+dratify time (< 1: the shipped checker is faster), within a round. drat-trim
+runs as a process on files (``drat-trim F P -w``, its own parse included);
+the shipped checker and dratify run in-process on bytes already read.
 """
 
 from __future__ import annotations
@@ -19,14 +27,26 @@ import functools
 import gc
 import importlib.util
 import itertools
+import os
 import random
 import statistics
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DRAT_TRIM = Path(os.environ.get("DRAT_TRIM", ROOT / "build" / "drat-trim" / "drat-trim"))
+# What ``make drat-trim`` runs (marijnheule/drat-trim, the commit measured in
+# BENCHMARKS.md; its own Makefile's flags).
+DRAT_TRIM_COMMIT = "effa1dcce85c878236f8313133dff1a2b766cd7c"
+DRAT_TRIM_BUILD = (
+    "git clone https://github.com/marijnheule/drat-trim build/drat-trim"
+    f" && git -C build/drat-trim checkout {DRAT_TRIM_COMMIT}"
+    " && gcc build/drat-trim/drat-trim.c -std=c99 -O2 -o build/drat-trim/drat-trim"
+)
 
 Clause = list[int]
 
@@ -90,8 +110,10 @@ def instances() -> list[Instance]:
         ("php 7 into 6", *pigeonhole(6)),
         ("php 8 into 7", *pigeonhole(7)),
         ("php 9 into 8", *pigeonhole(8)),
+        ("php 10 into 9", *pigeonhole(9)),
         ("random 3-SAT, 170 vars", *random_3sat(170, 3)),
         ("random 3-SAT, 200 vars", *random_3sat(200, 1)),
+        ("random 3-SAT, 250 vars", *random_3sat(250, 1)),
         ("mutilated chessboard 8x8", *mutilated(8)),
     ]
     built = []
@@ -118,43 +140,72 @@ def _timed(run: Callable[[], object]) -> float:
         gc.enable()
 
 
-def main(rounds: int) -> int:
-    import dratify
+def _drat_trim(instance: Instance, folder: Path) -> bool:
+    formula, proof = folder / "formula.cnf", folder / "proof.drat"
+    if not formula.exists():
+        formula.write_bytes(instance.formula)
+        proof.write_bytes(instance.proof)
+    done = subprocess.run(
+        [str(DRAT_TRIM), str(formula), str(proof), "-w", "-t", "20000"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return "s VERIFIED" in done.stdout
 
+
+def main(rounds: int, *, with_dratify: bool = True) -> int:
     shipped = _shipped()
+    if not DRAT_TRIM.is_file():
+        print(f"no drat-trim at {DRAT_TRIM}: run `make drat-trim`, i.e.\n  {DRAT_TRIM_BUILD}")
+        return 2
 
     def ours(instance: Instance) -> bool:
         return shipped(instance.formula, instance.proof)[0] == "accepted"
 
     def theirs(instance: Instance) -> bool:
+        import dratify
+
         formula = dratify.parse_dimacs(instance.formula.decode())
         return bool(dratify.check_proof(formula, instance.proof.decode(), engine="python").ok)
 
-    print(f"DRAT: shipped sat_checker.py vs dratify {dratify.__version__} (python engine), ")
-    print(f"{rounds} rounds, order alternating; ratio = shipped / dratify per round")
+    names = ["shipped", "drat-trim", *(["dratify"] if with_dratify else [])]
+    print(f"DRAT: shipped sat_checker.py vs drat-trim ({DRAT_TRIM_COMMIT[:7]}, {DRAT_TRIM})")
+    if with_dratify:
+        import dratify
+
+        print(f"  and dratify {dratify.__version__} (python engine)")
+    print(f"{rounds} rounds, order rotating; ratio = shipped / other per round")
+    print(f"drat-trim built with: {DRAT_TRIM_BUILD}")
     rows = []
-    for instance in instances():
-        assert ours(instance) and theirs(instance), instance.name
-        shipped_s: list[float] = []
-        dratify_s: list[float] = []
-        for r in range(rounds):
-            pair = [(shipped_s, ours), (dratify_s, theirs)]
-            for times, run in pair if r % 2 == 0 else reversed(pair):
-                times.append(_timed(functools.partial(run, instance)))
-        ratios = [a / b for a, b in zip(shipped_s, dratify_s, strict=True)]
-        row = (
-            instance.name,
-            f"{instance.lines:,}",
-            f"{statistics.median(shipped_s):.2f}",
-            f"{statistics.median(dratify_s):.2f}",
-            f"{statistics.median(ratios):.2f}x",
-            f"{min(ratios):.2f}-{max(ratios):.2f}",
-        )
-        rows.append(row)
-        print("  " + " | ".join(row), flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        for number, instance in enumerate(instances()):
+            folder = Path(scratch) / str(number)
+            folder.mkdir()
+            runs = {
+                "shipped": functools.partial(ours, instance),
+                "drat-trim": functools.partial(_drat_trim, instance, folder),
+                "dratify": functools.partial(theirs, instance),
+            }
+            assert all(runs[name]() for name in names), instance.name
+            times: dict[str, list[float]] = {name: [] for name in names}
+            for r in range(rounds):
+                order = names[r % len(names) :] + names[: r % len(names)]
+                for name in order:
+                    times[name].append(_timed(runs[name]))
+            row = [instance.name, f"{instance.lines:,}"]
+            row += [f"{statistics.median(times[name]):.2f}" for name in names]
+            for other in names[1:]:
+                ratios = [a / b for a, b in zip(times["shipped"], times[other], strict=True)]
+                row += [f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}-{max(ratios):.2f}"]
+            rows.append(tuple(row))
+            print("  " + " | ".join(row), flush=True)
     print()
-    print("| instance | DRAT lines | shipped s | dratify (python) s | ratio (median) | min-max |")
-    print("|---|---|---|---|---|---|")
+    header = ["instance", "DRAT lines", *(f"{name} s" for name in names)]
+    for other in names[1:]:
+        header += [f"shipped / {other} (median)", "min-max"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
     return 0

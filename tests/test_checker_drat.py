@@ -20,11 +20,15 @@ random runs.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import itertools
+import json
 import os
 import random
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -41,10 +45,11 @@ Clause = list[int]
 Step = tuple[bool, Clause]
 
 
+SCRIPT = ROOT / "examples" / "backends" / "sat_checker.py"
+
+
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "shipped_sat_checker", ROOT / "examples" / "backends" / "sat_checker.py"
-    )
+    spec = importlib.util.spec_from_file_location("shipped_sat_checker", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -59,6 +64,16 @@ def checker_verdict(formula: bytes, proof: bytes) -> tuple[str, int | None]:
     assert isinstance(result, str) and isinstance(detail, str)
     found = re.match(r"(?:empty clause derived at )?step (\d+)", detail)
     return result, int(found.group(1)) if found and result != "unknown" else None
+
+
+def checker_core(
+    variables: int, formula: list[Clause], steps: list[Step]
+) -> tuple[str, int | None, list[int]]:
+    """(result, step, core): the core is the step numbers of the refutation it checked."""
+    result, detail, core = CHECKER.check_core(variables, formula, steps)
+    assert isinstance(result, str) and isinstance(detail, str) and isinstance(core, list)
+    found = re.match(r"(?:empty clause derived at )?step (\d+)", detail)
+    return result, int(found.group(1)) if found and result != "unknown" else None, core
 
 
 # --- text and binary encodings, written here ---------------------------------------
@@ -172,6 +187,22 @@ class Oracle:
                 return "accepted", number
             self.add(clause)
         return "unknown", None
+
+
+def judged_invalid(formula: list[Clause], steps: list[Step], number: int) -> bool:
+    """Step ``number`` is a lemma neither RUP nor RAT over the clauses in force
+    before it (every earlier step replayed unchecked, deletions specified)."""
+    replay = Oracle(formula, steps, operational=False)
+    try:
+        for deletion, clause in steps[: number - 1]:
+            if deletion:
+                replay.delete(clause)
+            else:
+                replay.add(clause)
+        deletion, clause = steps[number - 1]
+        return not deletion and not (replay.rup(clause) or replay.rat(clause))
+    finally:
+        replay.close()
 
 
 def oracle(
@@ -471,6 +502,16 @@ def delete_reasons(
     return f, out
 
 
+def unused_invalid_lemma(
+    rng: random.Random, f: list[Clause], s: list[Step]
+) -> tuple[list[Clause], list[Step]]:
+    """A bogus unit, deleted again at once: no later check can use it (issue 19)."""
+    variable = rng.randrange(1, max(abs(x) for c in f for x in c) + 1)
+    unit = [rng.choice((variable, -variable))]
+    at = rng.randrange(len(s))
+    return f, [*s[:at], (False, unit), (True, unit), *s[at:]]
+
+
 CORRUPTIONS: dict[str, Corruption] = {
     "drop_empty": drop_empty,
     "only_empty": only_empty,
@@ -486,18 +527,43 @@ CORRUPTIONS: dict[str, Corruption] = {
     "empty_first": empty_first,
     "weaken_formula": weaken_formula,
     "delete_reasons": delete_reasons,
+    "unused_invalid_lemma": unused_invalid_lemma,
 }
 
 
 def _agree(name: str, variables: int, formula: list[Clause], steps: list[Step]) -> str:
-    """Checker == specified oracle; anything accepted is unsatisfiable. Returns the verdict."""
+    """The checker against the forward, specified-semantics oracle. Returns its verdict.
+
+    The checker verifies only the lemmas the refutation needs (backward, core
+    first), so it may accept a proof whose unused lemmas are invalid; then:
+
+    - whatever the oracle accepts, the checker accepts at the same step;
+    - whatever the checker accepts is unsatisfiable, and the core it checked
+      (its lemmas and deletions, in proof order) is a refutation the oracle
+      accepts on its own;
+    - a rejection names a step the oracle judges neither RUP nor RAT over the
+      clauses in force before it (so the oracle rejects too, no later);
+    - ``unknown`` only for a proof that never adds the empty clause.
+    """
     expected = oracle(formula, steps, operational=False)
-    got = checker_verdict(dimacs(variables, formula), text_drat(steps))
-    assert got == expected, name
-    operational = oracle(formula, steps, operational=True)
-    if "accepted" in (got[0], operational[0]):
+    result, step, core = checker_core(variables, formula, steps)
+    assert (result, step) == checker_verdict(dimacs(variables, formula), text_drat(steps)), name
+    if expected[0] == "accepted":
+        assert (result, step) == expected, name
+    if result == "accepted":
         assert unsatisfiable(formula), name
-    return got[0]
+        assert core and core[-1] == step, name
+        trimmed = [steps[number - 1] for number in core]
+        assert oracle(formula, trimmed, operational=False) == ("accepted", len(trimmed)), name
+    elif result == "rejected":
+        assert step is not None and judged_invalid(formula, steps, step), name
+        assert expected[0] == "rejected" and expected[1] is not None and expected[1] <= step, name
+    else:
+        assert (False, []) not in steps and expected[0] != "accepted", name
+    operational = oracle(formula, steps, operational=True)
+    if operational[0] == "accepted":
+        assert unsatisfiable(formula), name
+    return result
 
 
 def test_every_cadical_proof_checks_in_text_and_binary(instances: list[Instance]) -> None:
@@ -516,8 +582,30 @@ def test_corrupted_proofs_agree_with_the_oracle(kind: str, instances: list[Insta
         corrupt_formula, corrupt_steps = CORRUPTIONS[kind](rng, formula, steps)
         verdicts.append(_agree(f"{name}/{kind}", variables, corrupt_formula, corrupt_steps))
     # A corruption that never changes anything would test nothing.
-    if kind not in ("delete_right_after", "delete_reasons", "delete_original", "swap_lemmas"):
+    if kind not in (
+        "delete_right_after",
+        "delete_reasons",
+        "delete_original",
+        "swap_lemmas",
+        "unused_invalid_lemma",
+    ):
         assert any(v != "accepted" for v in verdicts), kind
+
+
+def test_unused_invalid_lemmas_are_accepted_when_the_refutation_does_not_use_them(
+    instances: list[Instance],
+) -> None:
+    # Issue 19: only the lemmas the refutation needs are checked (drat-trim's
+    # backward mode). The forward oracle rejects most of these proofs; the
+    # checker must accept every one, and its core must check on its own
+    # (both inside _agree).
+    forward_rejected = 0
+    for index, (name, variables, formula, steps) in enumerate(instances):
+        rng = random.Random(f"unused-{index}")
+        _, corrupt = unused_invalid_lemma(rng, formula, steps)
+        assert _agree(f"{name}/unused", variables, formula, corrupt) == "accepted", name
+        forward_rejected += oracle(formula, corrupt, operational=False)[0] == "rejected"
+    assert forward_rejected >= len(instances) // 2
 
 
 # --- the deletion semantics, by hand ------------------------------------------------------
@@ -559,6 +647,133 @@ def test_rat_lemmas_with_new_variables_are_accepted() -> None:
     huge = b"p cnf 99999999999999 3\n1 0\n99999999999999 0\n-1 -99999999999999 0\n"
     assert checker_verdict(huge, b"0\n") == ("accepted", 1)
     assert checker_verdict(huge, b"d 1 0\n0\n") == ("rejected", 2)
+
+
+def test_an_unused_invalid_lemma_is_accepted_and_a_used_one_rejected() -> None:
+    # (1 2)(1 -2)(-1 2)(-1 -2)(3 4): '-3' is neither RUP nor RAT, '1' is RUP.
+    formula = b"p cnf 4 5\n1 2 0\n1 -2 0\n-1 2 0\n-1 -2 0\n3 4 0\n"
+    proof = b"-3 0\n1 0\n0\n"
+    steps = parse_steps(proof.decode().splitlines())
+    clauses = [[1, 2], [1, -2], [-1, 2], [-1, -2], [3, 4]]
+    assert oracle(clauses, steps, operational=False) == ("rejected", 1)
+    assert checker_core(4, clauses, steps) == ("accepted", 3, [2, 3])
+    assert checker_verdict(formula, binary_drat(steps)) == ("accepted", 3)
+    # Satisfiable (1 2)(-1 2): the invalid '-2' is what the empty clause needs.
+    assert checker_verdict(b"p cnf 2 2\n1 2 0\n-1 2 0\n", b"-2 0\n0\n") == ("rejected", 1)
+
+
+# --- renumbering at huge variable indices --------------------------------------------------
+
+HUGE = 10**19 - 1  # 19 digits, the largest V below MAX_DIGITS that binary DRAT can also carry
+BINARY_HUGE = (1 << 62) - 1
+
+
+def _renamed(
+    formula: list[Clause], steps: list[Step], top: int, rng: random.Random
+) -> tuple[list[Clause], list[Step]]:
+    used = sorted({abs(x) for c in [*formula, *(c for _, c in steps)] for x in c})
+    names = dict(zip(used, rng.sample(range(top // 2, top + 1), len(used)), strict=True))
+
+    def rename(clause: Clause) -> Clause:
+        return [names[abs(x)] * (1 if x > 0 else -1) for x in clause]
+
+    return [rename(c) for c in formula], [(d, rename(c)) for d, c in steps]
+
+
+def test_huge_variable_indices_are_renumbered_to_the_same_judgements(
+    instances: list[Instance],
+) -> None:
+    for index, (name, variables, formula, steps) in enumerate(instances[::4]):
+        rng = random.Random(f"huge-{index}")
+        for kind in ("drop_lemma", "flip_literal", "unused_invalid_lemma", "delete_reasons"):
+            corrupt_formula, corrupt = CORRUPTIONS[kind](random.Random(index), formula, steps)
+            small = checker_verdict(dimacs(variables, corrupt_formula), text_drat(corrupt))
+            for top, encode in ((HUGE, text_drat), (BINARY_HUGE, binary_drat)):
+                big_formula, big = _renamed(corrupt_formula, corrupt, top, rng)
+                assert checker_verdict(dimacs(top, big_formula), encode(big)) == small, name
+
+
+@pytest.mark.parametrize(
+    ("formula", "proof", "expected"),
+    [
+        # Extended resolution: F <-> (1 and 2), then the empty clause via F.
+        (b"p cnf 2 3\n1 2 0\n1 -2 0\n-1 -2 0\n", b"F -1 0\nF 1 0\n-F 1 0\n0\n", "rejected"),
+        (b"p cnf 2 3\n1 0\n2 0\n-1 -2 0\n", b"F -1 -2 0\n-F 1 0\n-F 2 0\n0\n", "accepted"),
+        (b"p cnf 2 4\n1 2 0\n1 -2 0\n-1 2 0\n-1 -2 0\n", b"F 1 0\n-F 1 0\n1 0\n0\n", "accepted"),
+        (b"p cnf 2 2\n1 2 0\n-1 2 0\n", b"F -2 0\n-F 0\n0\n", "rejected"),
+    ],
+)
+def test_new_huge_variables_of_a_proof_are_renumbered(
+    formula: bytes, proof: bytes, expected: str
+) -> None:
+    small = checker_verdict(formula, proof.replace(b"F", b"3"))
+    assert small[0] == expected
+    for fresh in (HUGE, HUGE * 10 + 9, 2**62 + 1):  # 20 digits: within MAX_DIGITS, beyond V
+        assert checker_verdict(formula, proof.replace(b"F", str(fresh).encode())) == small
+
+
+# --- numerals beyond the checker's bound (issue 19) -----------------------------------------
+
+_LONG = b"9" * 5000  # beyond Python's default int() limit of 4,300 digits
+_OVER = b"1" * 21  # beyond MAX_DIGITS, within any int() limit
+
+
+@pytest.mark.parametrize(
+    ("formula", "proof"),
+    [
+        (b"p cnf " + _LONG + b" 1\n1 0\n", b"0\n"),
+        (b"p cnf 1 " + _LONG + b"\n1 0\n", b"0\n"),
+        (b"p cnf 1 2\n1 0\n-" + _LONG + b" 0\n", b"0\n"),
+        (b"p cnf 1 2\n1 0\n-1 0\n", _LONG + b" 0\n0\n"),
+        (b"p cnf 1 2\n1 0\n-1 0\n", b"d -" + _LONG + b" 0\n0\n"),
+        (b"p cnf " + _OVER + b" 2\n1 0\n-1 0\n", b"0\n"),
+        (b"p cnf 1 2\n1 0\n-1 0\n", _OVER + b" 0\n0\n"),
+        (b"p cnf 1 2\n1 0\n-1 0\n", b"a" + b"\xff" * 9 + b"\x01\x00a\x00"),
+        (b"p cnf 1 2\n1 0\n-1 0\n", b"a" + b"\xff" * 5000 + b"\x01\x00"),
+    ],
+)
+def test_numerals_beyond_the_bound_are_unknown_whatever_the_int_limit(
+    formula: bytes, proof: bytes
+) -> None:
+    for limit in (4300, 0):  # the default, and PYTHONINTMAXSTRDIGITS=0 (no limit)
+        previous = sys.get_int_max_str_digits()
+        sys.set_int_max_str_digits(limit)
+        try:
+            result, detail = CHECKER.check_files(formula, proof)
+        finally:
+            sys.set_int_max_str_digits(previous)
+        assert result == "unknown" and "longer than" in detail, detail
+
+
+def test_the_longest_numerals_within_the_bound_still_check() -> None:
+    top = b"9" * CHECKER.MAX_DIGITS
+    formula = b"p cnf " + top + b" 2\n" + top + b" 0\n-" + top + b" 0\n"
+    assert checker_verdict(formula, b"0\n") == ("accepted", 1)
+    binary = b"a" + b"\xff" * 8 + b"\x01\x00" + b"a\x00"  # a 9-byte literal, then '0'
+    assert checker_verdict(b"p cnf 1 2\n1 0\n-1 0\n", binary) == ("accepted", 2)
+
+
+def test_an_oversized_header_gives_a_receipt_not_a_traceback(tmp_path: Path) -> None:
+    snapshot, evidence = tmp_path / "snapshot", tmp_path / "evidence"
+    snapshot.mkdir()
+    evidence.mkdir()
+    formula = b"p cnf " + _LONG + b" 2\n1 0\n-1 0\n"
+    (snapshot / "f.cnf").write_bytes(formula)
+    (evidence / "proof.drat").write_bytes(b"0\n")
+    request = {
+        "job_id": "job", "run_id": "run", "check_id": "check", "check_digest": "c" * 64,
+        "specification_digest": hashlib.sha256(formula).hexdigest(), "identity": "i" * 64,
+        "evidence_digest": "e" * 64, "claim": {"specification": "f.cnf", "obligations": ["u"]},
+        "paths": {"snapshot": str(snapshot), "evidence": str(evidence)},
+    }  # fmt: skip
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "request.json"), str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "unknown"
+    assert "longer than 20 digits" in done.stdout
 
 
 # --- strict DIMACS -------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from kernel.organs.certification import certification_problem
 from tests.test_organ_certification import numbers, runnable_frames, story
@@ -368,3 +369,211 @@ def test_certify_receipts_accept_the_problem_and_write_no_file(tmp_path: Path) -
     assert receipt["verdict"] == "unknown" and not canary.exists()
     empty = _run(tmp_path / "c", CERTIFY_SCRIPT, text, [], {"z3-answer.txt": b""})
     assert empty["verdict"] == "unknown"
+
+
+# --- issue 19: a command cvc5 refuses while running it ------------------------------------
+#
+# cvc5's ``Command.invoke`` does not raise when it refuses a command: it returns
+# the text ``(error "...")`` and goes on. Each route below made a command fail
+# that way, and the checker (which discarded that text) accepted ``c``; the
+# lying producer of ``tests/test_external_backends.py`` turned each into a PASS.
+
+_HEAD = "(set-logic QF_UFLIA)\n(declare-const x Int)\n"
+SILENT_FAILURE_ROUTES = {
+    # The issue's example: the first definition of g fails, the second decides;
+    # under SMT-LIB the redefinition is the error and c means x > 0.
+    "duplicate_formal_parameter": _HEAD + "(define-fun g ((y Int) (y Int)) Bool (> y 0))\n"
+    "(define-fun g ((y Int) (z Int)) Bool true)\n(define-fun c () Bool (g x x))\n",
+    # The declaration that should make g uninterpreted fails; cvc5 keeps `true`.
+    "re_declared_name": _HEAD + "(define-fun g ((y Int)) Bool true)\n(declare-fun g (Int) Bool)\n"
+    "(define-fun c () Bool (g x))\n",
+    "second_declare_const": _HEAD + "(define-fun g ((y Int)) Bool true)\n(declare-const g Bool)\n"
+    "(define-fun c () Bool (g x))\n",
+    "declare_const_false": _HEAD + "(define-fun g ((y Int)) Bool true)\n"
+    "(declare-const false Bool)\n(define-fun c () Bool (g x))\n",
+    # The obligation's own first definition fails; its redefinition decides.
+    "redefinition": _HEAD + "(define-fun c ((y Int) (y Int)) Bool (> x 0))\n"
+    "(define-fun c () Bool true)\n",
+    # A helper that never existed for cvc5 (z3 reports the error too).
+    "silently_failed_helper": _HEAD + "(define-fun pos ((y Int) (y Int)) Bool (> y 0))\n"
+    "(define-fun c () Bool (or (> x 0) (<= x 0)))\n",
+}
+
+
+@pytest.mark.parametrize("route", sorted(SILENT_FAILURE_ROUTES))
+def test_a_command_cvc5_refuses_is_never_ignored(route: str) -> None:
+    answer, reason = example(SILENT_FAILURE_ROUTES[route], ["c"])["c"]
+    assert answer == "unknown", reason
+
+
+@pytest.mark.parametrize("route", sorted(SILENT_FAILURE_ROUTES))
+def test_a_lying_producer_gets_no_accepted_receipt_on_a_silent_failure(
+    route: str, tmp_path: Path
+) -> None:
+    text = SILENT_FAILURE_ROUTES[route]
+    lie = {"c": "unsat"}
+    receipt = _run(tmp_path, EXAMPLE_SCRIPT, text.encode(), ["c"], _example_evidence(text, lie))
+    assert receipt["verdict"] == "unknown", receipt
+
+
+@pytest.mark.parametrize(
+    ("binding", "why"),
+    [
+        ("(declare-const x Bool)\n", "bound again"),
+        ("(declare-fun x (Int) Int)\n", "bound again"),
+        ("(define-fun x () Int 0)\n", "bound again"),
+        ("(declare-fun abs (Int) Int)\n", "not a free NAME"),  # cvc5 shadows it, z3 does not
+        ("(define-fun div ((a Int) (b Int)) Int a)\n", "not a free NAME"),
+        ("(declare-const true Bool)\n", "not a free NAME"),
+        ("(declare-const bvadd Int)\n", "not a free NAME"),
+        ("(define-fun f ((abs Int)) Int abs)\n", "not a free NAME"),
+        ("(define-sort T (X X) X)\n", "repeats a parameter"),
+        ("(declare-sort S 0)\n(define-sort S () Int)\n", "bound again"),
+    ],
+)
+def test_a_name_bound_twice_or_a_theory_symbol_is_refused_before_solving(
+    binding: str, why: str
+) -> None:
+    text = _HEAD + binding + "(define-fun c () Bool true)\n"
+    answer, reason = example(text, ["c"])["c"]
+    assert answer == "unknown" and why in reason, reason
+
+
+def test_a_sort_and_a_function_may_share_a_name() -> None:
+    text = "(set-logic QF_UF)\n(declare-sort x 0)\n(declare-const x x)\n"
+    text += "(define-fun c () Bool (= x x))\n"
+    assert example(text, ["c"])["c"][0] == "unsat"
+
+
+def test_every_command_the_example_checker_runs_must_give_no_output() -> None:
+    # A failure the grammar cannot see is still caught where cvc5 runs it.
+    _, session, symbols = EXAMPLE.solver()
+    EXAMPLE.run_command(session, symbols, "set-logic", "(set-logic QF_LIA)")
+    EXAMPLE.run_command(session, symbols, "declare-const", "(declare-const x Int)")
+    with pytest.raises(EXAMPLE.Refused, match=r"cvc5 refused declare-const: \(error .*x"):
+        EXAMPLE.run_command(session, symbols, "declare-const", "(declare-const x Int)")
+
+
+def test_every_declaration_the_certify_checker_runs_must_give_no_output() -> None:
+    session, symbols = CERTIFY.solver()
+    CERTIFY._declare(session, symbols, "(set-logic QF_NIA)")
+    CERTIFY._declare(session, symbols, "(declare-const q0_1 Int)")
+    with pytest.raises(CERTIFY.Refused, match=r"cvc5 refused .*\(error .*q0_1"):
+        CERTIFY._declare(session, symbols, "(declare-const q0_1 Int)")
+
+
+def test_a_certify_quantity_declared_twice_is_refused_before_solving() -> None:
+    text = story_problem()
+    again = "(declare-const q0_1 Int)\n"
+    assert again in text
+    answer, reason = certify(text.replace(again, again + again, 1))
+    assert answer == "unknown" and "second time" in reason, reason
+
+
+# --- issue 19: z3 and cvc5 agree on what every accepted specification declares -------------
+
+Z3 = Path(sys.executable).parent / "z3"
+# Free names (few enough that some are bound again), and now and then the
+# obligation's own name or a symbol of a theory.
+_FREE = ("x", "y", "z", "g", "h", "k")
+_CLASHING = ("c", "false", "abs", "div", "bvadd")
+
+
+@st.composite
+def _specifications(draw: st.DrawFn) -> str:
+    """Random preludes over ``_FREE`` and ``_CLASHING``, typed by the *last* binding of each name
+    (so a redeclaration yields terms that mean something else, or nothing,
+    to a solver that kept the first), ending with the obligation ``c``."""
+    ints: list[str] = []
+    bools: list[str] = []
+    unary: list[str] = []  # (Int) Bool
+    binary: list[str] = []  # (Int Int) Bool
+
+    def forget(name: str) -> None:
+        for table in (ints, bools, unary, binary):
+            while name in table:
+                table.remove(name)
+
+    def integer(scope: list[str]) -> str:
+        options = [*ints, *scope, "0", "1", "(- 1)"]
+        atom = draw(st.sampled_from(options))
+        if draw(st.integers(0, 3)) == 0:
+            return f"(+ {atom} {draw(st.sampled_from(options))})"
+        return atom
+
+    def boolean(scope: list[str], depth: int = 0) -> str:
+        kinds = ["compare", "equal", *(["const"] if bools else [])]
+        kinds += [*(["unary"] if unary else []), *(["binary"] if binary else [])]
+        kinds += ["not", "and", "or", "excluded_middle"] if depth < 2 else []
+        kind = draw(st.sampled_from(kinds))
+        if kind == "compare":
+            return f"({draw(st.sampled_from(('>', '<=')))} {integer(scope)} 0)"
+        if kind == "equal":
+            return f"(= {integer(scope)} {integer(scope)})"
+        if kind == "const":
+            return draw(st.sampled_from(bools))
+        if kind == "unary":
+            return f"({draw(st.sampled_from(unary))} {integer(scope)})"
+        if kind == "binary":
+            return f"({draw(st.sampled_from(binary))} {integer(scope)} {integer(scope)})"
+        if kind == "excluded_middle":  # valid under any reading that parses it
+            inner = boolean(scope, depth + 1)
+            return f"(or {inner} (not {inner}))"
+        if kind == "not":
+            return f"(not {boolean(scope, depth + 1)})"
+        return f"({kind} {boolean(scope, depth + 1)} {boolean(scope, depth + 1)})"
+
+    lines = ["(set-logic QF_UFLIA)"]
+    for _ in range(draw(st.integers(1, 5))):
+        pool = _CLASHING if draw(st.integers(0, 5)) == 0 else _FREE
+        name = draw(st.sampled_from(pool))
+        form = draw(st.sampled_from(("const-int", "const-bool", "fun", "define", "define2")))
+        if form == "const-int":
+            lines.append(f"(declare-const {name} Int)")
+            forget(name)
+            ints.append(name)
+        elif form == "const-bool":
+            lines.append(f"(declare-const {name} Bool)")
+            forget(name)
+            bools.append(name)
+        elif form == "fun":
+            lines.append(f"(declare-fun {name} (Int) Bool)")
+            forget(name)
+            unary.append(name)
+        elif form == "define":
+            lines.append(f"(define-fun {name} ((u Int)) Bool {boolean(['u'])})")
+            forget(name)
+            unary.append(name)
+        else:
+            first, second = draw(st.sampled_from((("u", "v"), ("u", "u"), ("v", "u"))))
+            body = boolean([first, second])
+            lines.append(f"(define-fun {name} (({first} Int) ({second} Int)) Bool {body})")
+            forget(name)
+            binary.append(name)
+    lines.append(f"(define-fun c () Bool {boolean([])})")
+    return "\n".join(lines) + "\n"
+
+
+def _z3(text: str) -> str:
+    done = subprocess.run(
+        [str(Z3), "-smt2", "-in"],
+        input=f"{text}(assert (not c))\n(check-sat)\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout.strip()
+
+
+@settings(max_examples=400 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 60, deadline=None)
+@given(_specifications())
+def test_z3_and_cvc5_agree_on_every_accepted_specification(text: str) -> None:
+    answer, reason = example(text, ["c"])["c"]
+    event(f"cvc5 checker: {answer}")
+    if answer == "unknown":
+        return
+    # Accepted by the grammar and run by cvc5: z3 must read every declaration
+    # without an error and give the same answer (a silently dropped command
+    # is exactly where the two part ways).
+    assert _z3(text) == answer, (text, reason)

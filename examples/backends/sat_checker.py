@@ -19,6 +19,9 @@ Formula (refused as ``unknown`` with a reason when it does not hold):
   ``p cnf V C`` (decimal numerals) before the first clause;
 - clauses are decimal literals (``-?[1-9][0-9]*``) with ``|literal| <= V``,
   each ended by ``0``, possibly across lines; exactly ``C`` clauses;
+- no numeral (``V``, ``C``, a literal of the formula or of a text proof) is
+  longer than ``MAX_DIGITS`` (20) digits, and no binary literal longer than
+  ``MAX_BINARY_BYTES`` (9) bytes, whatever ``PYTHONINTMAXSTRDIGITS`` says;
 - a line ``%`` (the SATLIB convention) ends the formula at a clause boundary:
   after it only ``0`` tokens and blank lines may follow; anything else is refused.
 
@@ -28,23 +31,31 @@ a step) or binary DRAT (``a``/``d`` byte, variable-length literals ``2v`` or
 binary, any other is text. A proof may introduce new variables (extended
 resolution); sparse variable numbers are renumbered, never allocated.
 
-Checking (specified DRAT semantics, forward, two watched literals):
+Checking (specified DRAT semantics, backward with core marking, as drat-trim):
 
-- a deletion removes one copy of the clause (literals compared as sets);
-  deleting an absent clause changes nothing. A deleted clause no longer
-  propagates: if it was the reason of a top-level literal, that literal and
-  everything after it on the top-level trail are unassigned and propagation
-  is redone (so units forced only by deleted clauses never linger);
-- an added lemma must be RUP (asserting its negation and unit-propagating
-  over the current clauses reaches a conflict) or, failing that, RAT on its
-  first literal (every non-tautological resolvent with a current clause
-  containing the negated pivot is RUP);
-- the first added empty clause that checks ends the proof: ``accepted``.
+- a deletion removes one copy of the clause (literals compared as sets, the
+  copy added last); deleting an absent clause changes nothing. A deleted
+  clause no longer propagates: a top-level literal it was the reason of is
+  unassigned with everything after it on the trail and propagation is redone
+  (so units forced only by deleted clauses never linger);
+- the first added empty clause ends the proof (later steps are never read as
+  lemmas); it must be RUP over the clauses in force before it, else the proof
+  is ``rejected`` at that step;
+- then, backward from it, every lemma the refutation uses (the clauses its
+  checks' conflicts came from, transitively) is checked over exactly the
+  clauses in force before it: RUP (asserting its negation and
+  unit-propagating reaches a conflict) or, failing that, RAT on its first
+  literal (every non-tautological resolvent with a clause in force that
+  contains the negated pivot is RUP). Propagation prefers clauses already in
+  the core. A lemma the refutation never uses is not checked: a proof may
+  contain invalid lemmas and still be ``accepted`` when none is needed, since
+  the checked lemmas are a refutation by themselves (``check_core`` returns
+  them; the tests re-check them with an independent forward checker).
 
-A lemma that fails is ``rejected`` (the step number is reported); a malformed
-or empty proof, or one that never adds the empty clause, is ``unknown``.
-Every obligation of the claim gets the one verdict; a claim with no
-obligation is ``unknown``.
+A needed lemma that fails is ``rejected`` (the step number is reported); a
+malformed or empty proof, or one that never adds the empty clause, is
+``unknown``. Every obligation of the claim gets the one verdict; a claim with
+no obligation is ``unknown``.
 """
 
 from __future__ import annotations
@@ -57,8 +68,14 @@ import sys
 
 Step = tuple[bool, list[int]]  # (is a deletion, DIMACS literals)
 
-_LITERAL = re.compile(rb"-?[1-9][0-9]*\Z")
-_NUMERAL = re.compile(rb"(?:0|[1-9][0-9]*)\Z")
+# Numerals are bounded by the checker, not by Python's int() digit limit
+# (PYTHONINTMAXSTRDIGITS): a longer one is refused, never converted.
+MAX_DIGITS = 20
+_LITERAL = re.compile(rb"-?[1-9][0-9]{0,%d}\Z" % (MAX_DIGITS - 1))
+_NUMERAL = re.compile(rb"(?:0|[1-9][0-9]{0,%d})\Z" % (MAX_DIGITS - 1))
+_LONG = re.compile(rb"-?[0-9]{%d,}\Z" % (MAX_DIGITS + 1))
+# A binary literal is at most 9 bytes of 7 bits: below 2**63.
+MAX_BINARY_BYTES = 9
 
 
 class Refused(Exception):
@@ -90,6 +107,8 @@ def parse_dimacs(data: bytes) -> tuple[int, list[list[int]]]:
                 raise Refused(f"formula line {number}: a second problem line")
             if len(fields) != 4 or fields[:2] != [b"p", b"cnf"]:
                 raise Refused(f"formula line {number}: the problem line is not 'p cnf V C'")
+            if any(_LONG.match(field) for field in fields[2:]):
+                raise Refused(f"formula line {number}: a numeral longer than {MAX_DIGITS} digits")
             if not (_NUMERAL.match(fields[2]) and _NUMERAL.match(fields[3])):
                 raise Refused(f"formula line {number}: V and C must be decimal numerals")
             declared = (int(fields[2]), int(fields[3]))
@@ -113,6 +132,8 @@ def parse_dimacs(data: bytes) -> tuple[int, list[list[int]]]:
                 if abs(literal) > variables:
                     raise Refused(f"formula line {number}: literal {literal} exceeds V={variables}")
                 current.append(literal)
+            elif _LONG.match(token):
+                raise Refused(f"formula line {number}: a literal longer than {MAX_DIGITS} digits")
             else:
                 raise Refused(f"formula line {number}: {token[:20]!r} is not a literal")
     if declared is None:
@@ -148,6 +169,8 @@ def _parse_text(data: bytes) -> list[Step]:
             deletion = True
         elif _LITERAL.match(token):
             current.append(int(token))
+        elif _LONG.match(token):
+            raise Refused(f"proof step {len(steps) + 1}: a literal longer than {MAX_DIGITS} digits")
         else:
             raise Refused(f"proof step {len(steps) + 1}: {token[:20]!r} is not DRAT")
     if current or deletion:
@@ -175,8 +198,11 @@ def _parse_binary(data: bytes) -> list[Step]:
                 shift += 7
                 if byte < 0x80:
                     break
-                if shift > 63:
-                    raise Refused(f"proof step {len(steps) + 1}: literal encoding too long")
+                if shift >= 7 * MAX_BINARY_BYTES:
+                    raise Refused(
+                        f"proof step {len(steps) + 1}: a binary literal longer than"
+                        f" {MAX_BINARY_BYTES} bytes"
+                    )
             if value == 0:
                 break
             if value < 2:
@@ -189,30 +215,63 @@ def _parse_binary(data: bytes) -> list[Step]:
 # --- the checker -------------------------------------------------------------------
 #
 # Literal codes: variable v is 2v (positive) and 2v+1 (negative); code ^ 1
-# negates. ``value[code]`` is 1 (true), -1 (false) or 0. A clause is a list of
-# codes whose first two are watched (a unit clause has no watches and is kept
-# in ``units``). The top-level trail holds what unit propagation over the
-# current clauses forces; ``reason[v]`` is the clause that forced ``v``.
+# negates. ``value[code]`` is 1 (true), -1 (false) or 0. Every clause copy of
+# the formula and the proof has an id (``cid``, its index in ``clauses``): a
+# list of codes whose first two are watched (a unit clause has no watches and
+# is kept in ``units``); ``alive[cid]`` says whether it is in the current
+# formula. The top-level trail holds what unit propagation over the alive
+# clauses forces; ``reason[v]`` is the clause that forced ``v`` (-1: assumed).
+#
+# Theory of operation: backward checking with core marking (as drat-trim).
+#
+# 1. Forward, judging nothing: find the first added empty clause (step k) and
+#    the clause copy each deletion removes.
+# 2. The formula in force before step k is propagated at the top level: the
+#    empty clause is RUP iff that conflicts. The clauses the conflict used
+#    (the conflicting clause and the reasons of its literals, transitively)
+#    are marked.
+# 3. Backward from step k-1, each step is undone: an added lemma leaves the
+#    formula, a deleted clause comes back, so the formula is always exactly the
+#    one in force at that step (the specified deletion semantics: a top-level
+#    literal whose reason leaves is unassigned with everything after it, and
+#    propagation is redone before the next check). A marked lemma is checked,
+#    RUP then RAT, against the formula in force before it, and the clauses its
+#    check used are marked in turn.
+#
+# A marked lemma that fails is one a forward checker rejects at the same step
+# over the same clauses. Unmarked lemmas are never checked: the marked lemmas
+# and the deletions of marked clauses are a DRAT refutation by themselves
+# (every check used marked clauses only; a RAT check considered every alive
+# clause, so it holds for any subset), which ``core`` returns.
 
 
 class DratChecker:
-    def __init__(self, variables: int, formula: list[list[int]]) -> None:
+    def __init__(self, variables: int, clauses: list[list[int]], alive: list[bool]) -> None:
         size = 2 * variables + 2
         self.value = [0] * size
         self.watches: list[list[int]] = [[] for _ in range(size)]
+        self.core: list[list[int]] = [[] for _ in range(size)]
+        # Binary clauses are not watched: each literal lists (other literal, cid)
+        # of the binary clauses it is in, always propagated with the core.
+        self.binaries: list[list[tuple[int, int]]] = [[] for _ in range(size)]
         self.reason = [-1] * (variables + 1)
         self.position = [0] * (variables + 1)
+        self.seen = bytearray(variables + 1)
         self.trail: list[int] = []
-        self.head = 0
-        self.clauses: list[list[int] | None] = []
-        self.index: dict[tuple[int, ...], list[int]] = {}
+        self.core_head = self.other_head = 0  # trail literals propagated over each kind
+        self.clauses = clauses
+        self.alive = [False] * len(clauses)
+        self.marked = bytearray(len(clauses))
         self.units: set[int] = set()
-        self.empties = 0  # current empty clauses
-        self.conflict = -1  # clause falsified at the top level, or -1
-        for clause in formula:
-            self.add(clause)
+        self.empties: set[int] = set()
+        self.conflict = -1  # an alive clause falsified at the top level, or -1
+        self.dirty = False  # the trail is not yet the fixpoint of the alive clauses
+        for cid, keep in enumerate(alive):
+            if keep:
+                self.attach(cid)
+        self._rebuild()
 
-    # -- top level
+    # -- the top level
     def _assign(self, code: int, reason: int) -> None:
         self.value[code] = 1
         self.value[code ^ 1] = -1
@@ -225,187 +284,277 @@ class DratChecker:
         for code in trail[size:]:
             value[code] = value[code ^ 1] = 0
         del trail[size:]
+        self.core_head = min(self.core_head, size)
+        self.other_head = min(self.other_head, size)
 
     def _propagate(self) -> int:
-        """Unit-propagate from ``self.head``; the conflicting clause, or -1."""
-        value, watches, clauses, trail = self.value, self.watches, self.clauses, self.trail
-        reason, position = self.reason, self.position
-        head = self.head
-        while head < len(trail):
-            false = trail[head] ^ 1
-            head += 1
-            watching = watches[false]
-            keep = 0
-            count = len(watching)
-            i = 0
-            while i < count:
-                cid = watching[i]
-                i += 1
-                clause = clauses[cid]
-                if clause is None:
-                    continue  # deleted: drop the stale watch
-                first = clause[0]
-                if first == false:
-                    first = clause[1]
-                    clause[0] = first
-                    clause[1] = false
-                if value[first] == 1:
-                    watching[keep] = cid
-                    keep += 1
-                    continue
-                for k in range(2, len(clause)):
-                    other = clause[k]
-                    if value[other] != -1:
-                        clause[1] = other
-                        clause[k] = false
-                        watches[other].append(cid)
-                        break
-                else:
-                    watching[keep] = cid
-                    keep += 1
-                    if value[first] == -1:
-                        while i < count:
-                            watching[keep] = watching[i]
-                            keep += 1
-                            i += 1
-                        del watching[keep:]
-                        self.head = head
-                        return cid
-                    value[first] = 1
-                    value[first ^ 1] = -1
-                    reason[first >> 1] = cid
-                    position[first >> 1] = len(trail)
-                    trail.append(first)
-            del watching[keep:]
-        self.head = head
+        """Unit-propagate, core first; the conflicting clause, or -1.
+
+        Marked clauses are watched in ``core``, the others in ``watches``:
+        every literal is first propagated over marked clauses, and an
+        unmarked clause is only visited when the marked ones are exhausted
+        (as drat-trim does), so conflicts are found with clauses already in
+        the core whenever they can be, and the core stays small.
+        """
+        trail, visit, binary = self.trail, self._visit, self._binary
+        core, watches, binaries = self.core, self.watches, self.binaries
+        while True:
+            while self.core_head < len(trail):
+                false = trail[self.core_head] ^ 1
+                self.core_head += 1
+                conflict = binary(binaries[false], false) if binaries[false] else -1
+                if conflict < 0:
+                    conflict = visit(core[false], false, core, True)
+                if conflict >= 0:
+                    return conflict
+            if self.other_head >= len(trail):
+                return -1
+            false = trail[self.other_head] ^ 1
+            self.other_head += 1
+            conflict = visit(watches[false], false, watches, False)
+            if conflict >= 0:
+                return conflict
+
+    def _binary(self, implied: list[tuple[int, int]], false: int) -> int:
+        """The binary clauses with ``false`` (now false): each implies its other literal."""
+        value, alive, trail, reason, position = (
+            self.value, self.alive, self.trail, self.reason, self.position
+        )  # fmt: skip
+        stale = False
+        for other, cid in implied:
+            if value[other] == 1:
+                continue
+            if not alive[cid]:
+                stale = True
+            elif value[other] == -1:
+                return cid
+            else:
+                value[other] = 1
+                value[other ^ 1] = -1
+                reason[other >> 1] = cid
+                position[other >> 1] = len(trail)
+                trail.append(other)
+        if stale:  # undone lemmas never come back
+            implied[:] = [pair for pair in implied if alive[pair[1]]]
         return -1
 
-    def _settle(self) -> None:
-        """Bring the top level to the fixpoint of the current clauses (or a conflict)."""
-        if self.conflict < 0 and not self.empties:
-            self.conflict = self._propagate()
+    def _visit(self, watching: list[int], false: int, lists: list[list[int]], core: bool) -> int:
+        """The clauses of ``watching`` (watched by ``false``, now false), one kind."""
+        value, clauses, trail = self.value, self.clauses, self.trail
+        alive, marked, reason, position = self.alive, self.marked, self.reason, self.position
+        keep = 0
+        count = len(watching)
+        i = 0
+        while i < count:
+            cid = watching[i]
+            i += 1
+            if not alive[cid] or (marked[cid] and not core):
+                continue  # undone for good, or now watched in the core lists
+            clause = clauses[cid]
+            first = clause[0]
+            if first == false:
+                first = clause[1]
+                clause[0] = first
+                clause[1] = false
+            if value[first] == 1:
+                watching[keep] = cid
+                keep += 1
+                continue
+            for k in range(2, len(clause)):
+                other = clause[k]
+                if value[other] != -1:
+                    clause[1] = other
+                    clause[k] = false
+                    lists[other].append(cid)
+                    break
+            else:
+                watching[keep] = cid
+                keep += 1
+                if value[first] == -1:
+                    while i < count:
+                        watching[keep] = watching[i]
+                        keep += 1
+                        i += 1
+                    del watching[keep:]
+                    return cid
+                value[first] = 1
+                value[first ^ 1] = -1
+                reason[first >> 1] = cid
+                position[first >> 1] = len(trail)
+                trail.append(first)
+        del watching[keep:]
+        return -1
 
-    def _rebuild(self, size: int) -> None:
-        """Undo the top level from trail position ``size`` and propagate again from scratch."""
-        self._backtrack(size)
+    def _rebuild(self) -> None:
+        """Propagate the kept trail again from its start, to the fixpoint (or a conflict)."""
+        self.dirty = False
         self.conflict = -1
-        self.head = 0
+        self.core_head = self.other_head = 0
+        if self.empties:
+            return
         value = self.value
         for cid in self.units:
-            clause = self.clauses[cid]
-            assert clause is not None
-            code = clause[0]
+            code = self.clauses[cid][0]
             if value[code] == 0:
                 self._assign(code, cid)
             elif value[code] == -1:
                 self.conflict = cid
                 return
-        self._settle()
+        self.conflict = self._propagate()
 
-    # -- the formula
-    def add(self, literals: list[int]) -> None:
-        codes = list(dict.fromkeys(2 * x if x > 0 else -2 * x + 1 for x in literals))
-        cid = len(self.clauses)
-        self.clauses.append(codes)
-        self.index.setdefault(tuple(sorted(codes)), []).append(cid)
+    # -- the formula in force
+    def attach(self, cid: int) -> None:
+        """``cid`` enters the formula (built, or a deletion undone)."""
+        self.alive[cid] = True
+        codes = self.clauses[cid]
         if not codes:
-            self.empties += 1
+            self.empties.add(cid)
             return
         value = self.value
+        settled = not self.dirty and self.conflict < 0 and not self.empties
         if len(codes) == 1:
             self.units.add(cid)
-            if self.conflict >= 0 or self.empties:
-                return
-            if value[codes[0]] == 0:
+            if settled and value[codes[0]] == 0:
                 self._assign(codes[0], cid)
-                self._settle()
-            elif value[codes[0]] == -1:
+                self.conflict = self._propagate()
+            elif settled and value[codes[0]] == -1:
                 self.conflict = cid
+            return
+        if len(codes) == 2:
+            first, second = codes
+            self.binaries[first].append((second, cid))
+            self.binaries[second].append((first, cid))
+            if not settled or (value[first] != -1 and value[second] != -1):
+                return
+            if value[first] == -1 and value[second] == -1:
+                self.conflict = cid
+            elif value[first] == 0 or value[second] == 0:
+                self._assign(first if value[first] == 0 else second, cid)
+                self.conflict = self._propagate()
             return
         # Watch two non-false literals when there are; else the implied or
         # true literal and the false literal assigned last.
         position = self.position
         codes.sort(key=lambda c: (value[c] != -1, position[c >> 1] if value[c] else 0))
         codes.reverse()
-        self.watches[codes[0]].append(cid)
-        self.watches[codes[1]].append(cid)
-        if self.conflict >= 0 or self.empties or value[codes[1]] != -1:
+        lists = self.core if self.marked[cid] else self.watches
+        lists[codes[0]].append(cid)
+        lists[codes[1]].append(cid)
+        if not settled or value[codes[1]] != -1:
             return
         if value[codes[0]] == 0:
             self._assign(codes[0], cid)
-            self._settle()
+            self.conflict = self._propagate()
         elif value[codes[0]] == -1:
             self.conflict = cid
 
-    def delete(self, literals: list[int]) -> None:
-        codes = {2 * x if x > 0 else -2 * x + 1 for x in literals}
-        key = tuple(sorted(codes))
-        copies = self.index.get(key)
-        if not copies:
-            return  # absent: nothing to delete
-        cid = copies.pop()
-        if not copies:
-            del self.index[key]
-        clause = self.clauses[cid]
-        assert clause is not None
-        self.clauses[cid] = None  # watches are dropped lazily
-        if not clause:
-            self.empties -= 1
-            if not self.empties:
-                self._rebuild(len(self.trail))
+    def detach(self, cid: int) -> None:
+        """``cid`` leaves the formula (a lemma's addition undone)."""
+        self.alive[cid] = False
+        codes = self.clauses[cid]
+        if not codes:
+            self.empties.discard(cid)
             return
-        if len(clause) == 1:
+        if len(codes) == 1:
             self.units.discard(cid)
         if self.conflict == cid:
-            self._rebuild(len(self.trail))
-        variable = clause[0] >> 1
-        if self.value[clause[0]] == 1 and self.reason[variable] == cid:
-            self._rebuild(self.position[variable])
+            self.dirty = True
+        for code in codes[:2]:  # the implied literal: the first, or either of a binary
+            variable = code >> 1
+            if self.value[code] == 1 and self.reason[variable] == cid:
+                self._backtrack(self.position[variable])
+                self.dirty = True
 
-    # -- checks
-    def _refuted(self, codes: list[int]) -> bool:
-        """Assuming the negation of ``codes`` on top of the current trail conflicts."""
+    # -- checks and marks
+    def _mark(self, cid: int) -> None:
+        """Mark ``cid`` and the reasons of its false literals, transitively."""
+        marked, reason, clauses, seen = self.marked, self.reason, self.clauses, self.seen
+        self._into_core(cid)
+        stack = [code >> 1 for code in clauses[cid]]
+        touched = []
+        while stack:
+            variable = stack.pop()
+            if seen[variable]:
+                continue
+            seen[variable] = 1
+            touched.append(variable)
+            why = reason[variable]
+            if why >= 0:
+                if not marked[why]:
+                    self._into_core(why)
+                stack.extend(code >> 1 for code in clauses[why])
+        for variable in touched:
+            seen[variable] = 0
+
+    def _into_core(self, cid: int) -> None:
+        """Mark ``cid``; from now on it is watched (on the same literals) in ``core``."""
+        if self.marked[cid]:
+            return
+        self.marked[cid] = 1
+        clause = self.clauses[cid]
+        if len(clause) > 2:
+            self.core[clause[0]].append(cid)
+            self.core[clause[1]].append(cid)
+
+    def _mark_literal(self, code: int) -> None:
+        why = self.reason[code >> 1]
+        if why >= 0:
+            self._mark(why)
+
+    def _refute(self, codes: list[int]) -> bool:
+        """Assume the negation of ``codes`` on top of the trail; on a conflict, mark it."""
         value = self.value
         for code in codes:
             if value[code] == 1:
+                self._mark_literal(code)
                 return True
             if value[code] == 0:
                 self._assign(code ^ 1, -1)
-        return self._propagate() >= 0
-
-    def is_rup(self, literals: list[int]) -> bool:
-        if self.conflict >= 0 or self.empties:
-            return True
-        codes = [2 * x if x > 0 else -2 * x + 1 for x in literals]
-        size, head = len(self.trail), self.head
-        try:
-            return self._refuted(codes)
-        finally:
-            self._backtrack(size)
-            self.head = head
-
-    def is_rat(self, literals: list[int]) -> bool:
-        if not literals:
+        conflict = self._propagate()
+        if conflict < 0:
             return False
-        codes = [2 * x if x > 0 else -2 * x + 1 for x in literals]
-        pivot = codes[0] ^ 1  # the negated pivot
-        size, head = len(self.trail), self.head
+        self._mark(conflict)
+        return True
+
+    def settled(self) -> bool:
+        """Bring the trail to the fixpoint; whether the formula in force is refuted,
+        marking what refutes it."""
+        if self.dirty:
+            self._rebuild()
+        if self.empties:
+            self._into_core(next(iter(self.empties)))
+            return True
+        if self.conflict >= 0:
+            self._mark(self.conflict)
+            return True
+        return False
+
+    def check(self, cid: int) -> bool:
+        """Is lemma ``cid`` RUP, or RAT on its first literal, over the formula in force?"""
+        if self.settled():
+            return True
+        codes = self.clauses[cid]
+        size = len(self.trail)
         try:
-            if self._refuted(codes):
+            if self._refute(codes):
                 return True
-            level, level_head = len(self.trail), self.head
-            for clause in self.clauses:
-                if clause is None or pivot not in clause:
+            if not codes:
+                return False
+            pivot = codes[0] ^ 1  # the negated pivot
+            level = len(self.trail)  # a fixpoint: both heads are here
+            alive = self.alive
+            for other, clause in enumerate(self.clauses):
+                if not alive[other] or pivot not in clause:
                     continue
-                refuted = self._refuted([c for c in clause if c != pivot])
+                refuted = self._refute([c for c in clause if c != pivot])
                 self._backtrack(level)
-                self.head = level_head
+                self.core_head = self.other_head = level
                 if not refuted:
                     return False
             return True
         finally:
             self._backtrack(size)
-            self.head = head
+            self.core_head = self.other_head = size
 
 
 def _compact(formula: list[list[int]], steps: list[Step]) -> tuple[list[list[int]], list[Step]]:
@@ -422,32 +571,92 @@ def _compact(formula: list[list[int]], steps: list[Step]) -> tuple[list[list[int
     return [renamed(c) for c in formula], [(d, renamed(c)) for d, c in steps]
 
 
-def check_drat(variables: int, formula: list[list[int]], steps: list[Step]) -> tuple[str, str]:
-    """(result, detail): ``accepted`` / ``rejected`` / ``unknown``.
+def _codes(literals: list[int]) -> list[int]:
+    return list(dict.fromkeys(2 * x if x > 0 else -2 * x + 1 for x in literals))
+
+
+def check_core(
+    variables: int, formula: list[list[int]], steps: list[Step]
+) -> tuple[str, str, list[int]]:
+    """(result, detail, core): ``accepted`` / ``rejected`` / ``unknown``.
 
     ``variables`` is the header's ``V``: formula literals are already within
     it; a proof may add new variables (extended resolution) of any number.
+    ``core`` (when accepted) lists the step numbers of a refutation by
+    themselves: the marked lemmas, the deletions of marked clauses and the
+    empty clause, in proof order.
     """
     if not steps:
-        return "unknown", "empty proof"
+        return "unknown", "empty proof", []
     shown_steps = steps
     size = sum(len(c) for c in formula) + sum(len(c) for _, c in steps)
     largest = max((abs(x) for c in [*formula, *(c for _, c in steps)] for x in c), default=0)
     if largest > 2 * size + 64:  # sparse numbering: renumber rather than allocate
         formula, steps = _compact(formula, steps)
         largest = max((abs(x) for c in [*formula, *(c for _, c in steps)] for x in c), default=0)
-    checker = DratChecker(largest, formula)
+    # 1. Forward: the clause copies, which one each deletion removes, and step k.
+    clauses = [_codes(c) for c in formula]
+    copies: dict[tuple[int, ...], list[int]] = {}
+    for cid, codes in enumerate(clauses):
+        copies.setdefault(tuple(sorted(codes)), []).append(cid)
+    events: list[int] = []  # per step before k: the lemma's cid, or -2 - cid deleted, or -1
+    end = 0
     for number, (deletion, clause) in enumerate(steps, start=1):
+        if not deletion and not clause:
+            end = number
+            break
+        codes = _codes(clause)
+        key = tuple(sorted(codes))
         if deletion:
-            checker.delete(clause)
+            found = copies.get(key)
+            events.append(-2 - found.pop() if found else -1)  # -1: deletes nothing
             continue
-        if not (checker.is_rup(clause) or checker.is_rat(clause)):
-            shown = " ".join([*map(str, shown_steps[number - 1][1]), "0"])
-            return "rejected", f"step {number}: lemma '{shown}' is neither RUP nor RAT"
-        if not clause:
-            return "accepted", f"empty clause derived at step {number} of {len(steps)}"
-        checker.add(clause)
-    return "unknown", "the proof never adds the empty clause"
+        copies.setdefault(key, []).append(len(clauses))
+        events.append(len(clauses))
+        clauses.append(codes)
+    if not end:
+        return "unknown", "the proof never adds the empty clause", []
+    alive = [True] * len(clauses)
+    for event in events:
+        if event < -1:
+            alive[-2 - event] = False
+    # 2. The empty clause, over the formula in force before it.
+    checker = DratChecker(largest, clauses, alive)
+    if not checker.settled():
+        return "rejected", f"step {end}: lemma '0' is neither RUP nor RAT", []
+    # 3. Backward: undo every step; check the marked lemmas.
+    lemmas = checked = 0
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event < 0:
+            if event < -1:
+                checker.attach(-2 - event)
+            continue
+        lemmas += 1
+        checker.detach(event)
+        if not checker.marked[event]:
+            continue
+        checked += 1
+        if not checker.check(event):
+            shown = " ".join([*map(str, shown_steps[index][1]), "0"])
+            return "rejected", f"step {index + 1}: lemma '{shown}' is neither RUP nor RAT", []
+    marked = checker.marked
+    core = [
+        index + 1
+        for index, event in enumerate(events)
+        if (event >= 0 and marked[event]) or (event < -1 and marked[-2 - event])
+    ]
+    detail = (
+        f"empty clause derived at step {end} of {len(steps)}"
+        f" ({checked} of {lemmas} lemmas needed, all checked)"
+    )
+    return "accepted", detail, [*core, end]
+
+
+def check_drat(variables: int, formula: list[list[int]], steps: list[Step]) -> tuple[str, str]:
+    """(result, detail): ``accepted`` / ``rejected`` / ``unknown`` (see ``check_core``)."""
+    result, detail, _ = check_core(variables, formula, steps)
+    return result, detail
 
 
 def check_files(formula: bytes, proof: bytes) -> tuple[str, str]:

@@ -30,6 +30,12 @@ The specification grammar (anything outside it is ``unknown``, with a reason):
   and ``define-fun``. Every other command (``assert``,
   ``check-sat``, ``exit``, ``reset``, ``push``/``pop``, ``set-option``,
   ``set-info``, ``get-*``, ``define-fun-rec``, ``include``, ...) is refused.
+- Every name is bound once: no symbol is declared or defined by two
+  commands (sorts and functions counted apart, as SMT-LIB does); every
+  declared or defined name and parameter is a ``NAME`` (letters, digits,
+  ``_``) that is not a symbol of a theory (``THEORY``, ``SORTS``, and any
+  name starting with ``bv``); the parameters of one ``define-fun`` or
+  ``define-sort`` are distinct.
 - Every obligation name is a simple symbol defined exactly as
   ``(define-fun N () Bool BODY)``; a claim with no obligation is ``unknown``.
 
@@ -37,7 +43,10 @@ How it decides: cvc5 runs with strict parsing, a per-query time limit
 (``QUERY_MS``) and safe mode. The declarations and definitions are handed to
 cvc5's parser one command at a time (each must parse as the command the
 grammar saw) and only those are executed; nothing the specification says
-can set an option, print, or write a file. The checker then asks
+can set an option, print, or write a file. cvc5 does not raise when it
+refuses a command while running it (it prints ``(error "...")``): every
+command must run with an empty output, else the obligation is ``unknown``
+with cvc5's message as the reason. The checker then asks
 ``check-sat`` of the prelude (must be ``sat``) and, per obligation,
 ``check-sat-assuming (not N)``: ``unsat`` -> accepted (with z3's ``unsat``),
 ``sat`` -> rejected, anything else (``unknown``, time limit, a cvc5 error)
@@ -68,6 +77,14 @@ MAX_DEPTH = 100
 MAX_BYTES = 1 << 20
 QUERY_MS = 20_000
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Symbols of the theories of ``LOGICS``: never declared or defined again
+# (cvc5 lets a declaration shadow some of them, z3 keeps its own: issue 19).
+THEORY = frozenset((
+    "true", "false", "not", "and", "or", "xor", "distinct", "ite",
+    "div", "mod", "abs", "to_real", "to_int", "is_int", "select", "store",
+    "concat", "extract", "repeat", "zero_extend", "sign_extend", "rotate_left", "rotate_right",
+))  # fmt: skip
+SORTS = frozenset(("Bool", "Int", "Real", "Array", "BitVec"))
 
 Node = str | list["Node"]
 
@@ -134,6 +151,7 @@ def prelude(text: str, names: list[str]) -> list[tuple[str, str]]:
     parsed = commands(text)
     allowed: list[tuple[str, str]] = []
     defined: dict[str, bool] = {}
+    bound: dict[tuple[str, str], int] = {}  # (namespace, symbol) -> the command binding it
     for number, command in enumerate(parsed, start=1):
         head = command[0] if command and isinstance(command[0], str) else ""
         if head == "set-logic":
@@ -143,6 +161,8 @@ def prelude(text: str, names: list[str]) -> list[tuple[str, str]]:
             raise Refused(f"command {number}: {head or 'a list'!r} is not allowed")
         if head == "define-fun" and len(command) == 5 and isinstance(command[1], str):
             defined[command[1]] = command[2] == [] and command[3] == "Bool"
+        if head != "set-logic":
+            _bind_once(number, head, command, bound)
         allowed.append((head, render(command)))
     if not allowed or allowed[0][0] != "set-logic":
         # cvc5's strict parsing needs a logic; without one the prelude means
@@ -152,6 +172,39 @@ def prelude(text: str, names: list[str]) -> list[tuple[str, str]]:
         if not NAME.match(name) or not defined.get(name):
             raise Refused(f"obligation {name!r} is not defined as (define-fun {name} () Bool ...)")
     return allowed
+
+
+def _bind_once(
+    number: int, head: str, command: list[Node], bound: dict[tuple[str, str], int]
+) -> None:
+    """Refuse a second binding of a symbol, a theory symbol, or repeated parameters.
+
+    SMT-LIB makes each an error, and cvc5 reports it only as output while
+    going on (issue 19): a failed first definition followed by a second one
+    would let the second decide what the obligation means.
+    """
+    name = command[1] if len(command) > 1 else None
+    space = "sort" if head in ("declare-sort", "define-sort") else "function"
+    parameters: list[Node] = []
+    if head == "define-fun" and len(command) > 2 and isinstance(command[2], list):
+        parameters = [p[0] if isinstance(p, list) and p else p for p in command[2]]
+    elif head == "define-sort" and len(command) > 2 and isinstance(command[2], list):
+        parameters = command[2]
+    for symbol in (name, *parameters):
+        if not (isinstance(symbol, str) and NAME.match(symbol)) or _theory(symbol):
+            shown = render(symbol) if symbol is not None else "nothing"
+            raise Refused(f"command {number}: {head} binds {shown[:40]!r}, not a free NAME")
+    assert isinstance(name, str)
+    if (space, name) in bound:
+        first = bound[(space, name)]
+        raise Refused(f"command {number}: {name!r} is bound again (first by command {first})")
+    bound[(space, name)] = number
+    if len(set(map(render, parameters))) != len(parameters):
+        raise Refused(f"command {number}: {head} {name} repeats a parameter name")
+
+
+def _theory(symbol: str) -> bool:
+    return symbol in THEORY or symbol in SORTS or symbol.startswith("bv")
 
 
 def solver() -> tuple[cvc5.TermManager, cvc5.Solver, cvc5.SymbolManager]:
@@ -171,7 +224,9 @@ def run_command(session: cvc5.Solver, symbols: cvc5.SymbolManager, head: str, so
     command = parser.nextCommand()
     if command.isNull() or command.getCommandName() != CVC5_NAMES.get(head, head):
         raise Refused(f"cvc5 did not parse {head} as the grammar did")
-    command.invoke(session, symbols)
+    output = command.invoke(session, symbols)
+    if output.strip():  # cvc5 refused it while running it: never ignored (issue 19)
+        raise Refused(f"cvc5 refused {head}: {' '.join(output.split())[:300]}")
     if not parser.nextCommand().isNull():
         raise Refused(f"cvc5 read more than one command in {head}")
 

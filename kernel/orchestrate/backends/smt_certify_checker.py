@@ -24,15 +24,19 @@ The specification grammar (anything else is ``unknown`` with a reason):
 - UTF-8 text of at most ``MAX_BYTES`` bytes; ``;`` comments; outside comments
   only parentheses, simple symbols and numerals (no strings, quoted symbols,
   keywords, decimals); nesting at most ``MAX_DEPTH`` deep;
-- ``(set-logic QF_NIA)`` first; then ``(declare-const q<i>_<1|2> Int)`` and
-  ``(assert TERM)`` commands (at least one assertion); then one final
+- ``(set-logic QF_NIA)`` first; then ``(declare-const q<i>_<1|2> Int)``
+  (each name declared once) and ``(assert TERM)`` commands (at least one
+  assertion); then one final
   ``(check-sat)``, followed by nothing but whitespace;
 - the last assertion is the "targets differ" assertion: ``(distinct q<i>_1
   q<i>_2)`` or ``(or (distinct ...) (distinct ...) ...)``.
 
 How it decides: cvc5 runs with strict parsing, a per-query time limit
 (``QUERY_MS``) and safe mode. Declarations are handed to cvc5's parser one at
-a time (each must parse as a declaration) and executed; each assertion's term
+a time (each must parse as a declaration) and executed, and each must run
+with an empty output: cvc5 reports a command it refuses while running it as
+``(error "...")`` output, not as an exception, and that is ``unknown`` with
+cvc5's message (issue 19); each assertion's term
 is parsed as a term, never run as a command, so nothing the specification says
 can set an option, print or write a file, and no ``check-sat`` it contains is
 ever what answers. The checker asserts every term but the last and asks
@@ -150,10 +154,14 @@ def problem(text: str) -> tuple[list[str], list[str], str]:
     if parsed[-1] != ["check-sat"] or not text.rstrip().endswith("(check-sat)"):
         raise Refused("the problem does not end with one (check-sat) and nothing after it")
     declarations: list[str] = []
+    declared: set[str] = set()
     assertions: list[Node] = []
     for number, command in enumerate(parsed[1:-1], start=2):
         match command:
             case ["declare-const", str(name), "Int"] if QUANTITY.match(name):
+                if name in declared:
+                    raise Refused(f"command {number} declares {name} a second time")
+                declared.add(name)
                 declarations.append(render(command))
             case ["assert", body]:
                 assertions.append(body)
@@ -189,7 +197,9 @@ def _declare(session: cvc5.Solver, symbols: cvc5.SymbolManager, source: str) -> 
     command = parser.nextCommand()
     if command.isNull() or command.getCommandName() not in ("declare-fun", "set-logic"):
         raise Refused(f"cvc5 did not parse {source!r} as the grammar did")
-    command.invoke(session, symbols)
+    output = command.invoke(session, symbols)
+    if output.strip():  # refused while running: never ignored (issue 19)
+        raise Refused(f"cvc5 refused {source!r}: {' '.join(output.split())[:300]}")
     if not parser.nextCommand().isNull():
         raise Refused(f"cvc5 read more than one command in {source!r}")
 
