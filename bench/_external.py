@@ -155,12 +155,13 @@ class Workbench:
         )
         self.key.write_bytes(pem)
 
-    def kernel(self) -> None:
+    def kernel(self, level: str | None = None) -> None:
         self.round += 1
+        capped = ("--max-containment", level) if level is not None else ()
         done = subprocess.run(
             [str(Path(sys.executable).parent / "kernel"), "check", "run", str(self.manifest),
              "bench", "--job", str(self.job), "--run-root", str(self.root / "runs"),
-             "--run-id", f"k{self.round}", "--repo", str(self.repo)],
+             "--run-id", f"k{self.round}", "--repo", str(self.repo), *capped],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
         )  # fmt: skip
         if done.returncode != 0:
@@ -284,11 +285,15 @@ def _split_cpu(totals: dict[str, float], counts: collections.Counter[str]) -> It
         fsync(fd)
 
     def counted_sha256(
-        self: files_module.FileLedger, path: Path | str, *, follow_symlinks: bool
+        self: files_module.FileLedger,
+        path: Path | str,
+        *,
+        follow_symlinks: bool,
+        stop: files_module.StopWhen | None = None,
     ) -> str:
         before = self.hashed_bytes
         try:
-            return ledger_sha256(self, path, follow_symlinks=follow_symlinks)
+            return ledger_sha256(self, path, follow_symlinks=follow_symlinks, stop=stop)
         finally:
             counts["hashed"] += self.hashed_bytes - before
 
@@ -399,9 +404,17 @@ def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
         bench.in_toto()
         kernel: list[tuple[float, float]] = []
         toto: list[tuple[float, float]] = []
+        namespace: list[tuple[float, float]] = []
+
+        def below_sandbox() -> None:
+            bench.kernel("namespace")
+
         for index in range(rounds):
-            pair = ((bench.kernel, kernel), (bench.in_toto, toto))
-            for action, samples in pair if index % 2 == 0 else pair[::-1]:
+            trio = (
+                (bench.kernel, kernel), (bench.in_toto, toto), (below_sandbox, namespace)
+            )  # fmt: skip
+            rotated = trio[index % 3 :] + trio[: index % 3]
+            for action, samples in rotated:
                 samples.append(_timed(action))
         runs = 3 if quick else max(5, rounds)
         small = Workbench(Path(folder) / "small", inputs=1, input_bytes=1024)
@@ -418,6 +431,9 @@ def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
     level = available_level()
     ratios_cpu = [k[1] / t[1] for k, t in zip(kernel, toto, strict=True)]
     ratios_wall = [k[0] / t[0] for k, t in zip(kernel, toto, strict=True)]
+    # What the sandbox itself costs (ADR 0018): the same check capped at namespace.
+    sandbox_cpu = [k[1] / n[1] for k, n in zip(kernel, namespace, strict=True)]
+    sandbox_wall = [k[0] / n[0] for k, n in zip(kernel, namespace, strict=True)]
     copies = bench.copy_cpu[1:]  # the first one is the warm-up round's
     with_copy = [k[1] / (t[1] + c) for k, t, c in zip(kernel, toto, copies, strict=True)]
     lines = [
@@ -425,6 +441,9 @@ def report(console: Console, rounds: int, *, quick: bool = False) -> list[str]:
         f"{level.value if level else 'none'}, {rounds} rounds):",
         f"  kernel check run: wall {statistics.median(k[0] for k in kernel) * 1000:.0f} ms, "
         f"cpu {statistics.median(k[1] for k in kernel) * 1000:.0f} ms (whole process tree)",
+        f"  sandbox / namespace (the same kernel check run capped at namespace): cpu "
+        f"{statistics.median(sandbox_cpu):.2f}x (min {min(sandbox_cpu):.2f}, max "
+        f"{max(sandbox_cpu):.2f}), wall {statistics.median(sandbox_wall):.2f}x",
         f"  two in-toto-run steps: wall {statistics.median(t[0] for t in toto) * 1000:.0f} ms, "
         f"cpu {statistics.median(t[1] for t in toto) * 1000:.0f} ms",
         f"  kernel / in-toto: cpu {statistics.median(ratios_cpu):.2f}x "

@@ -297,7 +297,8 @@ _BEYOND: Final = (
 
 
 def external(settings: Settings, say: Callable[[str], None]) -> list[Row]:
-    whole = "5a kernel check run against two in-toto-run steps (CPU, whole process tree)"
+    # Issue 18: the bound is 1.2x since every step runs in a bubblewrap sandbox.
+    whole = "5a kernel check run (sandboxed) against two in-toto-run steps (CPU, whole tree)"
     inproc = "5b run_check in-process CPU beyond the two launches"
     argv = [sys.executable, "-m", "bench._external", "--rounds", str(settings.external_rounds)]
     # A wide virtual terminal: rich must not wrap the lines read below.
@@ -314,15 +315,15 @@ def external(settings: Settings, say: Callable[[str], None]) -> list[Row]:
         say(f"    {line}")
     if done.returncode != 0:
         why = f"python -m bench._external exited {done.returncode}: {done.stderr.strip()[-300:]}"
-        return [_unmeasured(5, whole, "<= 1.0", why), _unmeasured(5, inproc, "<= 10 ms", why)]
+        return [_unmeasured(5, whole, "<= 1.2", why), _unmeasured(5, inproc, "<= 10 ms", why)]
     text = " ".join(lines)
     notes = tuple(lines)
     rows: list[Row] = []
     if (match := _WHOLE.search(text)) is not None:
         value = float(match.group(1))
-        rows.append(_row(5, whole, "<= 1.0", value, value <= 1.0, f"{value:.2f}x", notes))
+        rows.append(_row(5, whole, "<= 1.2", value, value <= 1.2, f"{value:.2f}x", notes))
     else:
-        rows.append(_unmeasured(5, whole, "<= 1.0", "no 'kernel / in-toto: cpu N.NNx' line"))
+        rows.append(_unmeasured(5, whole, "<= 1.2", "no 'kernel / in-toto: cpu N.NNx' line"))
     found = [(float(m.group(1)), what) for pattern, what in _BEYOND if (m := pattern.search(text))]
     if found:
         value, what = found[0]
