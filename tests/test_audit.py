@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from kernel.audit import AuditCode, AuditInputError, RunLayout, audit_run
 from kernel.external import RunLimits, default_environment, replay_run
-from kernel.orchestrate import AuditCode, AuditInputError, RunLayout, audit_run
 from tests.orchestrate_helpers import E2E_BUNDLE, ROOT, stored_main_job
 from tests.support.cli import kernel
 from tests.support.reference import sha, sha256_file

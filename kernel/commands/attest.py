@@ -1,6 +1,6 @@
 """`kernel attest RUN_DIR --key KEY`: sign a stored run's outcomes (ADR-0010).
 
-The shell around ``kernel.orchestrate.attest_run``; ``kernel attest-keygen``
+The shell around ``kernel.audit.attest_run``; ``kernel attest-keygen``
 creates a key pair (private key mode 0600). Verification is ``kernel audit
 --verify-key``.
 """
@@ -12,9 +12,7 @@ from typing import Annotated
 
 import typer
 
-from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
-from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_USAGE
-from kernel.orchestrate import (
+from kernel.audit import (
     ATTESTATION_FILE,
     PREDICATE_TYPE,
     AttestationError,
@@ -23,6 +21,8 @@ from kernel.orchestrate import (
     generate_key_pair,
     load_private_key,
 )
+from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
+from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_USAGE
 from kernel.replay import ReplayBundle
 
 _HELP = f"""Sign a stored run's outcomes: an in-toto Statement v1 in a DSSE envelope.

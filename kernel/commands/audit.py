@@ -1,7 +1,7 @@
 """`kernel audit RUN_DIR`: recompute every id of a stored run, offline (ADR-0010).
 
-The shell around ``kernel.orchestrate.audit_run`` and, with ``--verify-key``,
-``kernel.orchestrate.verify_attestation``. Nothing it reads from the run is
+The shell around ``kernel.audit.audit_run`` and, with ``--verify-key``,
+``kernel.audit.verify_attestation``. Nothing it reads from the run is
 configuration: the outcomes file, the bundle and the public key are the
 operator's, named on the command line.
 """
@@ -14,10 +14,7 @@ from typing import Annotated, assert_never
 
 import typer
 
-from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
-from kernel.commands._verdict import EXIT_INTEGRITY
-from kernel.identity import canonical_json
-from kernel.orchestrate import (
+from kernel.audit import (
     ATTESTATION_FILE,
     AttestationError,
     AuditInputError,
@@ -27,6 +24,9 @@ from kernel.orchestrate import (
     report_document,
     verify_attestation,
 )
+from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
+from kernel.commands._verdict import EXIT_INTEGRITY
+from kernel.identity import canonical_json
 from kernel.replay import ReplayBundle
 
 _HELP = """Recompute every id of a stored run from its bytes, offline.

@@ -45,6 +45,7 @@ from typing import Annotated
 
 import typer
 
+from kernel.audit import StoredCertifications
 from kernel.bundles import BundleStreamError, ReadyAttempt, outcome_line
 from kernel.commands._io import refuse
 from kernel.commands._outcomes import (
@@ -71,7 +72,6 @@ from kernel.orchestrate import (
     ExecutorSetupError,
     ExecutorSpec,
     ExternalCertifier,
-    StoredCertifications,
     certification_entry,
     check_executor_spec,
     discover_tools,

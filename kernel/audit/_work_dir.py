@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel.external import RunOutcome, Status
-from kernel.identity import digest
-from kernel.orchestrate._audit_external import audit_external
-from kernel.orchestrate._audit_store import (
+from kernel.audit._external import audit_external
+from kernel.audit._store import (
     METADATA,
     AuditCode,
     AuditFinding,
@@ -28,7 +26,9 @@ from kernel.orchestrate._audit_store import (
     field_of,
     sha256_file,
 )
-from kernel.orchestrate._certifier import CERTIFICATION_RECORD, backend_output
+from kernel.external import RunOutcome, Status
+from kernel.identity import digest
+from kernel.orchestrate import CERTIFICATION_RECORD, backend_output
 from kernel.organs import (
     CertificationEvidence,
 )

@@ -63,16 +63,15 @@ import os
 from pathlib import Path
 from typing import assert_never
 
-from kernel.identity import JsonValue
-from kernel.orchestrate._audit_external import audit_external
-from kernel.orchestrate._audit_outcomes import (
+from kernel.audit._external import audit_external
+from kernel.audit._outcomes import (
     StoredCertifications,
     audit_outcomes,
     link_outcomes,
     read_outcome_lines,
     rederive,
 )
-from kernel.orchestrate._audit_store import (
+from kernel.audit._store import (
     METADATA,
     AuditCode,
     AuditFinding,
@@ -84,7 +83,8 @@ from kernel.orchestrate._audit_store import (
     field_of,
     stored_files,
 )
-from kernel.orchestrate._audit_work_dir import attempt_dirs, audit_attempt
+from kernel.audit._work_dir import attempt_dirs, audit_attempt
+from kernel.identity import JsonValue
 from kernel.organs import CertificationEvidence
 from kernel.replay import (
     ReplayBundle,

@@ -44,14 +44,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, assert_never, final
 
-from kernel.identity import JsonValue, canonical_json, digest
-from kernel.orchestrate._audit import (
+from kernel.audit._run import (
     RunLayout,
     audit_run,
     read_outcome_lines,
     stored_files,
 )
-from kernel.orchestrate.errors import OrchestrateError
+from kernel.identity import JsonValue, canonical_json, digest
+from kernel.orchestrate import OrchestrateError
 from kernel.replay import ReplayBundle
 from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, parse_json
 

@@ -14,8 +14,7 @@ from typing import Final, final
 
 import attrs
 
-from kernel.identity import canonical_json
-from kernel.orchestrate._audit_store import (
+from kernel.audit._store import (
     AuditCode,
     AuditFinding,
     AuditInputError,
@@ -26,9 +25,9 @@ from kernel.orchestrate._audit_store import (
     read_bounded,
     same_json,
 )
-from kernel.orchestrate._audit_work_dir import derive_certification
-from kernel.orchestrate._certifier import CERTIFICATION_RECORD, author_session
-from kernel.orchestrate._driver import replay_bundle
+from kernel.audit._work_dir import derive_certification
+from kernel.identity import canonical_json
+from kernel.orchestrate import CERTIFICATION_RECORD, author_session, replay_bundle
 from kernel.organs import (
     CERTIFICATION_MEDIA_TYPE,
     CERTIFIED_MANIFEST,

@@ -19,7 +19,7 @@ from typing import Final, TypeVar, final
 import attrs
 
 from kernel.identity import JsonValue, digest
-from kernel.orchestrate.errors import OrchestrateError
+from kernel.orchestrate import OrchestrateError
 from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, dumps, loads, parse_json
 
 _T = TypeVar("_T")
