@@ -13,6 +13,8 @@ reads) and below the command line; nothing below imports it
 (pyproject.toml's import-linter contract, ARCHITECTURE.md "Layers").
 
 - ``audit_run`` / ``detect_layout`` / ``report_document``: the audit;
+- ``BUNDLE_COPY`` / ``BUNDLE_STREAM_COPY``: where ``kernel run`` keeps the
+  bundle it ran in its work directory, which the audit re-derives from;
 - ``StoredCertifications``: the certifications of a work directory, each
   handed to the pure core only once its attempt audits intact (the audit's
   re-derivation and ``kernel run --resume`` use it);
@@ -36,6 +38,7 @@ from kernel.audit._attest import (
     pae,
     verify_attestation,
 )
+from kernel.audit._bundle import BUNDLE_COPY, BUNDLE_STREAM_COPY
 from kernel.audit._outcomes import StoredCertifications
 from kernel.audit._run import (
     AuditCode,
@@ -55,6 +58,8 @@ __all__ = [
     "AuditFinding",
     "AuditInputError",
     "AuditReport",
+    "BUNDLE_COPY",
+    "BUNDLE_STREAM_COPY",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
     "RunLayout",

@@ -50,6 +50,8 @@ from kernel.audit._run import (
     read_outcome_lines,
     stored_files,
 )
+from kernel.audit._store import ATTESTATION_FILE
+from kernel.audit._work_dir import WORK_OUTCOMES
 from kernel.identity import JsonValue, canonical_json, digest
 from kernel.orchestrate import OrchestrateError
 from kernel.replay import ReplayBundle
@@ -81,7 +83,6 @@ STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE: Final = "application/vnd.in-toto+json"
 # Ours: a URN, so it claims no web domain; versioned with the predicate's shape.
 PREDICATE_TYPE: Final = "urn:replay-kernel:predicate:run-outcomes:v1"
-ATTESTATION_FILE: Final = "attestation.dsse.json"
 OUTCOMES_SUBJECT_PREFIX: Final = "outcomes/"
 _KEY_BYTES: Final = 64 * 1024
 
@@ -225,7 +226,8 @@ def _subjects(root: Path, outcomes: Path | None, exclude: Path) -> list[JsonValu
         if os.path.abspath(path) == excluded:
             continue
         subjects.append({"digest": {"sha256": _sha256_file(path)}, "name": relative})
-    if outcomes is not None:
+    inside = outcomes is not None and os.path.abspath(outcomes).startswith(str(root) + os.sep)
+    if outcomes is not None and not inside:
         subjects.append(
             {
                 "digest": {"sha256": _sha256_file(outcomes)},
@@ -274,11 +276,8 @@ def attest_run(
     }
     match report.layout:
         case RunLayout.WORK_DIR:
-            if outcomes is None:
-                raise AttestationError(
-                    "outcomes_required", "a kernel run work directory is attested with --outcomes"
-                )
-            lines = read_outcome_lines(outcomes)
+            # The directory's own lines: the audit re-derived every one of them.
+            lines = read_outcome_lines(root / WORK_OUTCOMES)
             predicate["outcomes"] = [parse_json(line) for line in lines]
         case RunLayout.EXTERNAL_RUN:
             predicate["run"] = _external_predicate(root)

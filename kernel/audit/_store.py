@@ -25,6 +25,8 @@ from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, dumps, loads, parse_jso
 _T = TypeVar("_T")
 _CHUNK: Final = 1024 * 1024
 METADATA: Final = "metadata.json"
+# Where kernel attest writes its envelope by default (kernel.audit._attest).
+ATTESTATION_FILE: Final = "attestation.dsse.json"
 
 
 @final

@@ -27,9 +27,11 @@ from kernel.replay import ReplayBundle
 
 _HELP = f"""Sign a stored run's outcomes: an in-toto Statement v1 in a DSSE envelope.
 
-The run is audited first (as `kernel audit`); a run whose ids do not all
-reproduce is never signed. The Statement's subjects are every file of
-RUN_DIR and the --outcomes file, with their SHA-256; its predicate
+The run is audited first, exactly as `kernel audit` does (for a work
+directory: every outcome re-derived from the bundle it keeps, or from
+--bundle); a run that does not audit intact is never signed. The
+Statement's subjects are every file of RUN_DIR (the bundle copy included)
+and the --outcomes file, with their SHA-256; its predicate
 ({PREDICATE_TYPE}) holds the run's outcomes. The envelope (payload type
 application/vnd.in-toto+json) is signed with the Ed25519 key KEY (PKCS#8
 PEM, unencrypted, readable by its owner only) over the DSSE
@@ -38,12 +40,12 @@ RUN_DIR/{ATTESTATION_FILE}) with the user's umask. Verify it with
 `kernel audit RUN_DIR --verify-key PUBKEY`, or with any DSSE/in-toto tool.
 
 Exit codes (README "Exit codes"): 0 signed; 2 input refused (not a stored
-run, a missing --outcomes for a work directory, a key that is unreadable,
+run, an unreadable --outcomes or --bundle, a key that is unreadable,
 not Ed25519 or readable by others); 3 integrity: the run does not audit
 intact, so nothing is written (error code run_not_intact). Each refusal is
 one line 'error: <code>: <message>' on stderr.
 
-Example: kernel attest runs/1 --key keys/attest.pem --outcomes out/outcomes.jsonl"""
+Example: kernel attest runs/1 --key keys/attest.pem"""
 
 _KEYGEN_HELP = """Create an Ed25519 key pair for `kernel attest` as PEM files.
 
@@ -67,10 +69,12 @@ def register(app: typer.Typer) -> None:
             "--key", metavar="KEY", help="Ed25519 private key, PKCS#8 PEM, mode 0600.")],
         outcomes: Annotated[Path | None, typer.Option(
             "--outcomes", metavar="FILE",
-            help="The JSON Lines `kernel run` wrote (required for a work directory).")] = None,
+            help="Another copy of the outcome lines (kernel run -o), audited and attested too.")
+        ] = None,
         bundle: Annotated[Path | None, typer.Option(
             "--bundle", metavar="FILE",
-            help="Re-derive every outcome from this bundle before signing.")] = None,
+            help="Re-derive every outcome from this bundle (yours) instead of the work "
+                 "directory's copy.")] = None,
         out: Annotated[Path | None, typer.Option(
             "--out", metavar="FILE",
             help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}).")] = None,
