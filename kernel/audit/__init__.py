@@ -19,7 +19,9 @@ reads) and below the command line; nothing below imports it
   handed to the pure core only once its attempt audits intact (the audit's
   re-derivation and ``kernel run --resume`` use it);
 - ``attest_run`` / ``verify_attestation`` and the key helpers: the signed
-  Statement (the ``attest`` extra's cryptography is imported on first use).
+  Statement (the ``attest`` extra's cryptography is imported on first use),
+  and beside it the SLSA Verification Summary (``VSA_PREDICATE_TYPE``,
+  ``SUMMARY_FILE``, ``summary_path``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from kernel.audit._run import (
     detect_layout,
     report_document,
 )
+from kernel.audit._summary import SUMMARY_FILE, VSA_PREDICATE_TYPE, summary_path
 
 __all__ = [
     "ATTESTATION_FILE",
@@ -64,7 +67,9 @@ __all__ = [
     "PREDICATE_TYPE",
     "RunLayout",
     "STATEMENT_TYPE",
+    "SUMMARY_FILE",
     "StoredCertifications",
+    "VSA_PREDICATE_TYPE",
     "attest_run",
     "audit_run",
     "detect_layout",
@@ -74,5 +79,6 @@ __all__ = [
     "load_public_key",
     "pae",
     "report_document",
+    "summary_path",
     "verify_attestation",
 ]

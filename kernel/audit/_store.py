@@ -27,6 +27,8 @@ _CHUNK: Final = 1024 * 1024
 METADATA: Final = "metadata.json"
 # Where kernel attest writes its envelope by default (kernel.audit._attest).
 ATTESTATION_FILE: Final = "attestation.dsse.json"
+# ... and the SLSA Verification Summary beside it (kernel.audit._summary).
+SUMMARY_FILE: Final = "verification-summary.dsse.json"
 
 
 @final

@@ -23,6 +23,7 @@ from kernel.audit._external import audit_external
 from kernel.audit._store import (
     ATTESTATION_FILE,
     METADATA,
+    SUMMARY_FILE,
     AuditCode,
     AuditFinding,
     Auditor,
@@ -195,7 +196,7 @@ RUN_STATE: Final = "run-state.json"
 WORK_OUTCOMES: Final = "outcomes.jsonl"
 INTERRUPTED: Final = "INTERRUPTED"
 _TOP_LEVEL: Final = frozenset({RUN_STATE, WORK_OUTCOMES, BUNDLE_COPY, BUNDLE_STREAM_COPY,
-                               ATTESTATION_FILE, INTERRUPTED})
+                               ATTESTATION_FILE, SUMMARY_FILE, INTERRUPTED})
 _ATTEMPT_ENTRIES: Final = frozenset({"run", "repository", "manifest.json", CERTIFICATION_RECORD})
 _ATTEMPT_NAME: Final = re.compile(r"[0-9a-f]{64}")
 

@@ -16,12 +16,14 @@ import typer
 
 from kernel.audit import (
     ATTESTATION_FILE,
+    SUMMARY_FILE,
     AttestationError,
     AuditInputError,
     AuditReport,
     audit_run,
     load_public_key,
     report_document,
+    summary_path,
     verify_attestation,
 )
 from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
@@ -47,7 +49,8 @@ reported. --outcomes audits another copy of the lines (kernel run -o) the
 same way; --bundle re-derives from the operator's own bundle instead, which
 must hold the attempts the kept copy holds. With --verify-key, the DSSE
 envelope written by `kernel attest` is verified (Ed25519 over the DSSE PAE)
-and each subject's digest recomputed.
+and each subject's digest recomputed, and so is the SLSA Verification
+Summary beside it (its input attestation, its policy digest).
 
 Exit codes (the kernel's scheme, README "Exit codes"): 0 intact (every id
 reproduces, and the attestation verifies when --verify-key is given);
@@ -81,7 +84,8 @@ def _print_text(report: AuditReport, attestation: list[str] | None) -> None:
         for problem in attestation:
             typer.echo(f"MISMATCH attestation: {problem}")
         if not attestation:
-            typer.echo("attestation verified: the signature and every subject's digest")
+            typer.echo("attestation verified: the signatures, every subject's digest and the "
+                       "verification summary")
     verdict = "intact" if report.intact and not attestation else "NOT intact"
     typer.echo(
         f"{verdict}: {report.layout.value} {report.root}: {report.checked} ids recomputed, "
@@ -108,7 +112,8 @@ def register(app: typer.Typer) -> None:
             help="Ed25519 public key (PEM): verify the run's DSSE attestation.")] = None,
         attestation: Annotated[Path | None, typer.Option(
             "--attestation", metavar="FILE",
-            help=f"The envelope to verify (default RUN_DIR/{ATTESTATION_FILE}).")] = None,
+            help=f"The envelope to verify (default RUN_DIR/{ATTESTATION_FILE}); the "
+                 f"verification summary beside it ({SUMMARY_FILE}) is verified too.")] = None,
         output_format: Annotated[OutputFormat, typer.Option(
             "--format", help="text (one line per mismatch and a verdict) or json.")
         ] = OutputFormat.TEXT,
@@ -132,6 +137,7 @@ def register(app: typer.Typer) -> None:
                     verify_attestation(
                         run_dir, attestation or run_dir / ATTESTATION_FILE, key,
                         outcomes=outcomes,
+                        summary=summary_path(run_dir.absolute(), attestation),
                     )
                 )
             except AttestationError as exc:
