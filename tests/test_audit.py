@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from kernel.audit import AuditCode, AuditInputError, RunLayout, audit_run
 from kernel.external import RunLimits, default_environment, replay_run
-from kernel.orchestrate import AuditCode, AuditInputError, RunLayout, audit_run
 from tests.orchestrate_helpers import E2E_BUNDLE, ROOT, stored_main_job
 from tests.support.cli import kernel
 from tests.support.reference import sha, sha256_file
@@ -226,8 +226,11 @@ def test_a_resealed_outcome_edit_is_caught_by_rederivation(work: tuple[Path, Pat
     outcome["replay_result_id"] = sha({**payload, "replay_result_id": ""})
     lines[2] = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode() + b"\n"
     outcomes.write_bytes(b"".join(lines))
+    # Consistent on its face: only re-derivation can tell, and the audit
+    # re-derives by default (from the bundle the work directory keeps).
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 0, report  # consistent on its face: only re-derivation can tell
+    assert code == 3
+    assert _codes(report) == {("outcome_mismatch", "outcome[2]")}
     code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
     assert code == 3
     assert _codes(report) == {("outcome_mismatch", "outcome[2]")}
@@ -290,8 +293,11 @@ def test_a_refusals_envelope_is_checked_against_the_bundle(work: tuple[Path, Pat
     assert lines[index]["outcome"]["attempt_index"] == index
     lines[index]["attempt_id"] = "e" * 64
     _write_envelopes(outcomes, lines)
+    # Nothing in the file itself contradicts it; the bundle the work
+    # directory keeps does, and the operator's --bundle too.
     code, report = _audit(work_dir, "--outcomes", outcomes)
-    assert code == 0, report  # nothing in the file itself contradicts it
+    assert code == 3
+    assert _codes(report) == {("outcome_mismatch", f"outcome[{index}]")}
     code, report = _audit(work_dir, "--outcomes", outcomes, "--bundle", E2E_BUNDLE)
     assert code == 3
     assert _codes(report) == {("outcome_mismatch", f"outcome[{index}]")}
@@ -639,7 +645,11 @@ def test_an_accepting_certification_of_a_blocked_run_is_reported(
     record.write_text(json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n")
     code, report = _audit(work_dir, "--outcomes", outcomes)
     assert code == 3, report
-    assert _codes(report) == {("inconsistent", "certification status")}
+    # The certification no longer derives, so the re-derived outcome (the
+    # obligation unavailable) is not the stored one either.
+    assert _codes(report) == {
+        ("inconsistent", "certification status"), ("outcome_mismatch", "outcome[2]"),
+    }
 
 
 def test_a_certification_without_its_run_is_reported(work: tuple[Path, Path]) -> None:

@@ -1,7 +1,7 @@
 """The shipped SMT checkers against adversarial specifications (issue 13).
 
 ``examples/backends/smt_checker.py`` (the example format) and
-``kernel/orchestrate/backends/smt_certify_checker.py`` (the certification
+``kernel/programs/smt_certify_checker.py`` (the certification
 problem) must decide from the query they pose themselves: every route that
 used to turn a false claim into ``accepted`` (commands after ``exit``, an
 answer printed by ``get-option``, an inconsistent prelude, a recursive
@@ -31,7 +31,7 @@ from tests.test_organ_certification import numbers, runnable_frames, story
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_SCRIPT = ROOT / "examples" / "backends" / "smt_checker.py"
-CERTIFY_SCRIPT = ROOT / "kernel" / "orchestrate" / "backends" / "smt_certify_checker.py"
+CERTIFY_SCRIPT = ROOT / "kernel" / "programs" / "smt_certify_checker.py"
 SPECS = ROOT / "examples" / "external" / "specs"
 ABS = (SPECS / "abs.smt2").read_text()
 ABS_FALSE = (SPECS / "abs_false.smt2").read_text()

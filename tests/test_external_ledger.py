@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from kernel.audit import audit_run
 from kernel.external import Reason, RunOutcome, Status
 from kernel.external._files import FileLedger, _filesystem_types, copy_hashed
-from kernel.orchestrate import audit_run
 from tests.test_external_helpers import BELOW_SANDBOX, HONEST_PRODUCER, Scenario
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")

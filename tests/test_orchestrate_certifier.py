@@ -1,6 +1,6 @@
 """The main job with the real z3 -> cvc5 pair (no mock of the process layer).
 
-Each certification runs ``kernel/orchestrate/backends/*.py`` through
+Each certification runs ``kernel/programs/*.py`` through
 ``kernel.external.run_check`` with pins computed on this machine.
 """
 

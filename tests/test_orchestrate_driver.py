@@ -255,7 +255,6 @@ ALLOWED_KERNEL = (
     "path", sorted(ORCHESTRATE.rglob("*.py")), ids=lambda p: str(p.relative_to(ORCHESTRATE))
 )
 def test_the_orchestrator_imports_point_down_only(path: Path) -> None:
-    backend_script = path.parent.name == "backends"  # run by path: imports no kernel module
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         names = (
             [a.name for a in node.names] if isinstance(node, ast.Import)
@@ -263,14 +262,27 @@ def test_the_orchestrator_imports_point_down_only(path: Path) -> None:
         )  # fmt: skip
         for name in names:
             if name.startswith("kernel"):
-                assert not backend_script, f"{path.name} imports {name}"
                 assert name.startswith(ALLOWED_KERNEL), f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "kernel" / "programs").glob("*.py")),
+                         ids=lambda p: p.name)
+def test_the_certifier_programs_import_no_kernel_module(path: Path) -> None:
+    # Run by absolute path as programs (kernel/programs, issue 20): they must
+    # not depend on the package being importable where they run.
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = (
+            [a.name for a in node.names] if isinstance(node, ast.Import)
+            else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        )  # fmt: skip
+        assert not any(name.startswith("kernel") for name in names), f"{path.name}: {names}"
 
 
 def test_nothing_outside_the_shell_imports_the_orchestrator() -> None:
     kernel = ROOT / "kernel"
     for path in sorted(kernel.rglob("*.py")):
         relative = path.relative_to(kernel)
-        if relative.parts[0] in ("orchestrate", "commands") or relative.name == "cli.py":
+        # kernel.audit is the layer above the orchestrator (issue 20).
+        if relative.parts[0] in ("orchestrate", "audit", "commands") or relative.name == "cli.py":
             continue
         assert "kernel.orchestrate" not in path.read_text(encoding="utf-8"), relative

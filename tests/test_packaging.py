@@ -28,7 +28,7 @@ PROJECT: dict[str, Any] = PYPROJECT["project"]
 PUBLIC_MODULES = (
     "kernel.identity", "kernel.serde", "kernel.frames", "kernel.upstream", "kernel.drafts",
     "kernel.schemas", "kernel.replay", "kernel.verification", "kernel.organs",
-    "kernel.external", "kernel.orchestrate",
+    "kernel.external", "kernel.orchestrate", "kernel.audit",
 )
 
 
@@ -139,3 +139,18 @@ def test_docs_name_only_exported_api() -> None:
         exported = getattr(module, "__all__", None)
         if not private and exported is not None:
             assert name in exported, f"{doc}: {module.__name__}.{name} is not in __all__"
+
+
+def test_the_certifier_programs_ship_as_package_data() -> None:
+    # kernel/programs has no __init__.py (its scripts run as programs, not
+    # modules): only the package-data glob puts them in the wheel, and the
+    # certification entry finds them there by path.
+    from kernel.orchestrate import BACKENDS_DIR
+
+    programs = ROOT / "kernel" / "programs"
+    assert programs.resolve() == BACKENDS_DIR
+    assert not (programs / "__init__.py").exists()
+    shipped = PYPROJECT["tool"]["setuptools"]["package-data"]["kernel"]
+    scripts = sorted(p.name for p in programs.glob("*.py"))
+    assert scripts == ["smt_certify_checker.py", "smt_certify_producer.py"]
+    assert "programs/*.py" in shipped

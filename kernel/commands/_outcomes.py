@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, assert_never
+from typing import TYPE_CHECKING, Annotated, BinaryIO, assert_never, cast
 
 import typer
 
@@ -58,9 +58,60 @@ class OutputFormat(Enum):
     JSONL = "jsonl"
 
 
-def open_bundle(path: Path) -> tuple[int, str, Iterator[Attempt]]:
-    """``(attempt count, run id, attempts in run order)`` from a bundle in either layout."""
+class BundleCopy:
+    """The bytes ``open_bundle`` reads, kept as read (``kernel run`` stores them in its work dir).
+
+    What was read before ``attach`` is held (at most a document, or a
+    stream's header and run lines, which the reader holds anyway); from then
+    on every byte read goes to the attached file. ``stream`` tells the layout.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[bytes] = []
+        self._sink: BinaryIO | None = None
+        self.stream = False
+
+    def record(self, data: bytes) -> None:
+        if self._sink is None:
+            self._held.append(data)
+        else:
+            self._sink.write(data)
+
+    def attach(self, sink: BinaryIO) -> None:
+        """Write what was read so far to ``sink``, and everything read from now on."""
+        sink.write(b"".join(self._held))
+        self._held.clear()
+        self._sink = sink
+
+
+class _Tee:
+    """A read handle that hands each byte it reads to a ``BundleCopy`` too."""
+
+    def __init__(self, handle: BinaryIO, copy: BundleCopy) -> None:
+        self._handle, self._copy = handle, copy
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self._copy.record(data)
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        data = self._handle.readline(size)
+        self._copy.record(data)
+        return data
+
+
+def open_bundle(
+    path: Path, copy: BundleCopy | None = None
+) -> tuple[int, str, Iterator[Attempt]]:
+    """``(attempt count, run id, attempts in run order)`` from a bundle in either layout.
+
+    With ``copy``, every byte read is kept there too (a stream's last bytes
+    once the attempts have all been read).
+    """
     handle = open_input(path)
+    if copy is not None:
+        handle = cast(BinaryIO, _Tee(handle, copy))
     limit = max(BUNDLE_LIMITS.document_bytes, BUNDLE_LIMITS.line_bytes)
     lines = bounded_lines(handle, limit)
     first = next(lines, b"")
@@ -71,6 +122,8 @@ def open_bundle(path: Path) -> tuple[int, str, Iterator[Attempt]]:
     except SerdeError as exc:
         head = exc
     if isinstance(head, dict) and "format" in head:
+        if copy is not None:
+            copy.stream = True
         return _open_stream(path, first, lines)
     rest = handle.read(BUNDLE_LIMITS.document_bytes + 1 - len(first))
     try:

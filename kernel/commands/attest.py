@@ -1,49 +1,67 @@
 """`kernel attest RUN_DIR --key KEY`: sign a stored run's outcomes (ADR-0010).
 
-The shell around ``kernel.orchestrate.attest_run``; ``kernel attest-keygen``
+The shell around ``kernel.audit.attest_run``; ``kernel attest-keygen``
 creates a key pair (private key mode 0600). Verification is ``kernel audit
 --verify-key``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
-from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_USAGE
-from kernel.orchestrate import (
+from kernel.audit import (
     ATTESTATION_FILE,
     PREDICATE_TYPE,
+    SUMMARY_FILE,
+    VSA_PREDICATE_TYPE,
     AttestationError,
     AuditInputError,
     attest_run,
     generate_key_pair,
     load_private_key,
 )
-from kernel.replay import ReplayBundle
+from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
+from kernel.commands._outcomes import FailOnOption, fail_on_classes
+from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, FailOn, Tally
+from kernel.replay import (
+    ReplayAdapterOutcome,
+    ReplayAdapterRefusal,
+    ReplayAdapterResult,
+    ReplayBundle,
+)
+from kernel.serde import SerdeError, parse_json, structure
 
 _HELP = f"""Sign a stored run's outcomes: an in-toto Statement v1 in a DSSE envelope.
 
-The run is audited first (as `kernel audit`); a run whose ids do not all
-reproduce is never signed. The Statement's subjects are every file of
-RUN_DIR and the --outcomes file, with their SHA-256; its predicate
+The run is audited first, exactly as `kernel audit` does (for a work
+directory: every outcome re-derived from the bundle it keeps, or from
+--bundle); a run that does not audit intact is never signed. The
+Statement's subjects are every file of RUN_DIR (the bundle copy included)
+and the --outcomes file, with their SHA-256; its predicate
 ({PREDICATE_TYPE}) holds the run's outcomes. The envelope (payload type
 application/vnd.in-toto+json) is signed with the Ed25519 key KEY (PKCS#8
 PEM, unencrypted, readable by its owner only) over the DSSE
 pre-authentication encoding, and written to --out (default
-RUN_DIR/{ATTESTATION_FILE}) with the user's umask. Verify it with
+RUN_DIR/{ATTESTATION_FILE}) with the user's umask. Beside it,
+{SUMMARY_FILE} holds a second signed Statement, the SLSA Verification
+Summary ({VSA_PREDICATE_TYPE}) that policy engines read: its policy is the
+bundle and the manifests by digest and the --fail-on classes, its input
+attestation the outcomes envelope, and its result PASSED when the run's
+re-derived outcomes pass under --fail-on (the exit code kernel run gives
+them is 0; the same classes and default as kernel run), else FAILED. Verify it with
 `kernel audit RUN_DIR --verify-key PUBKEY`, or with any DSSE/in-toto tool.
 
 Exit codes (README "Exit codes"): 0 signed; 2 input refused (not a stored
-run, a missing --outcomes for a work directory, a key that is unreadable,
+run, an unreadable --outcomes or --bundle, a key that is unreadable,
 not Ed25519 or readable by others); 3 integrity: the run does not audit
 intact, so nothing is written (error code run_not_intact). Each refusal is
 one line 'error: <code>: <message>' on stderr.
 
-Example: kernel attest runs/1 --key keys/attest.pem --outcomes out/outcomes.jsonl"""
+Example: kernel attest runs/1 --key keys/attest.pem"""
 
 _KEYGEN_HELP = """Create an Ed25519 key pair for `kernel attest` as PEM files.
 
@@ -57,6 +75,33 @@ Exit codes: 0 created; 2 a file exists or cannot be written, or the
 Example: kernel attest-keygen keys/attest.pem keys/attest.pub"""
 
 
+# kernel run's own default (kernel/commands/run.py): the summary's verdict is
+# the exit code kernel run gives the same outcomes.
+RUN_FAIL_ON_DEFAULT: tuple[FailOn, ...] = (FailOn.UNAVAILABLE,)
+
+
+def _passes(lines: Sequence[bytes], classes: frozenset[FailOn]) -> bool:
+    """Whether the re-derived outcome lines pass under ``classes`` (exit 0 of kernel run)."""
+    tally = Tally(classes)
+    for index, line in enumerate(lines):
+        tally.add(index, None, _outcome(line))
+    return tally.exit_code == EXIT_OK
+
+
+def _outcome(line: bytes) -> ReplayAdapterOutcome:
+    document = parse_json(line)
+    record = document.get("outcome", document) if isinstance(document, dict) else document
+    kind: type[ReplayAdapterOutcome] = (
+        ReplayAdapterRefusal
+        if isinstance(record, dict) and "replay_refusal_id" in record
+        else ReplayAdapterResult
+    )
+    try:
+        return structure(record, kind)
+    except SerdeError as exc:  # the audit has read every line already: not reached
+        refuse("outcomes_unreadable", f"an audited outcome does not read back: {exc}")
+
+
 def register(app: typer.Typer) -> None:
     """Attach the ``attest`` and ``attest-keygen`` commands to ``app``."""
 
@@ -67,14 +112,19 @@ def register(app: typer.Typer) -> None:
             "--key", metavar="KEY", help="Ed25519 private key, PKCS#8 PEM, mode 0600.")],
         outcomes: Annotated[Path | None, typer.Option(
             "--outcomes", metavar="FILE",
-            help="The JSON Lines `kernel run` wrote (required for a work directory).")] = None,
+            help="Another copy of the outcome lines (kernel run -o), audited and attested too.")
+        ] = None,
         bundle: Annotated[Path | None, typer.Option(
             "--bundle", metavar="FILE",
-            help="Re-derive every outcome from this bundle before signing.")] = None,
+            help="Re-derive every outcome from this bundle (yours) instead of the work "
+                 "directory's copy.")] = None,
         out: Annotated[Path | None, typer.Option(
             "--out", metavar="FILE",
-            help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}).")] = None,
+            help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}); the "
+                 f"verification summary goes beside it ({SUMMARY_FILE}).")] = None,
+        fail_on: FailOnOption = None,
     ) -> None:
+        classes = fail_on_classes(fail_on, RUN_FAIL_ON_DEFAULT)
         refuse_stdio(RUN_DIR=run_dir, key=key, outcomes=outcomes, out=out)
         if key.is_dir():  # was reported as unwritable_output (IsADirectoryError)
             refuse("key_unreadable", f"{key}: a directory, not a key file")
@@ -85,7 +135,11 @@ def register(app: typer.Typer) -> None:
             loaded = read_document(bundle, ReplayBundle)
         try:
             private_key = load_private_key(key)
-            target = attest_run(run_dir, private_key, outcomes=outcomes, bundle=loaded, out=out)
+            target = attest_run(
+                run_dir, private_key, outcomes=outcomes, bundle=loaded, out=out,
+                fail_on=[c.value for c in FailOn if c in classes],
+                passed=lambda lines: _passes(lines, classes),
+            )
         except AttestationError as exc:
             integrity = exc.code == "run_not_intact"
             refuse(exc.code, exc.message, exit_code=EXIT_INTEGRITY if integrity else EXIT_USAGE)
@@ -93,7 +147,7 @@ def register(app: typer.Typer) -> None:
             refuse(exc.code, exc.message)
         except OSError as exc:
             refuse("unwritable_output", f"{out or run_dir}: {exc.strerror or exc}")
-        typer.echo(str(target))
+        typer.echo(str(target))  # the summary is beside it (summary_path)
 
     @app.command("attest-keygen", help=_KEYGEN_HELP)
     def keygen_command(

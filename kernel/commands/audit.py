@@ -1,7 +1,7 @@
 """`kernel audit RUN_DIR`: recompute every id of a stored run, offline (ADR-0010).
 
-The shell around ``kernel.orchestrate.audit_run`` and, with ``--verify-key``,
-``kernel.orchestrate.verify_attestation``. Nothing it reads from the run is
+The shell around ``kernel.audit.audit_run`` and, with ``--verify-key``,
+``kernel.audit.verify_attestation``. Nothing it reads from the run is
 configuration: the outcomes file, the bundle and the public key are the
 operator's, named on the command line.
 """
@@ -14,35 +14,43 @@ from typing import Annotated, assert_never
 
 import typer
 
-from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
-from kernel.commands._verdict import EXIT_INTEGRITY
-from kernel.identity import canonical_json
-from kernel.orchestrate import (
+from kernel.audit import (
     ATTESTATION_FILE,
+    SUMMARY_FILE,
     AttestationError,
     AuditInputError,
     AuditReport,
     audit_run,
     load_public_key,
     report_document,
+    summary_path,
     verify_attestation,
 )
+from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
+from kernel.commands._verdict import EXIT_INTEGRITY
+from kernel.identity import canonical_json
 from kernel.replay import ReplayBundle
 
 _HELP = """Recompute every id of a stored run from its bytes, offline.
 
 RUN_DIR is a `kernel check run` run directory (it holds metadata.json) or a
-`kernel run` work directory (one directory per certified attempt). Every
-content address the stored records carry is recomputed from the stored bytes
-(job, check identity, snapshot inputs, evidence artifacts, requests,
-receipts, logs, certification request and receipt ids, the receipt's
-evidence digest over the run's metadata, the stored manifest's pins) and
-compared; no producer, checker or solver runs. With --outcomes, each
-outcome line's id is recomputed and tied to its attempt directory; with
---bundle as well, each outcome is re-derived by the pure core from the
-bundle and the stored certifications. With --verify-key, the DSSE envelope
-written by `kernel attest` is verified (Ed25519 over the DSSE PAE) and each
-subject's digest recomputed.
+`kernel run` work directory (run-state.json, one directory per certified
+attempt). Every content address the stored records carry is recomputed from
+the stored bytes (job, check identity, snapshot inputs, evidence artifacts,
+requests, receipts, logs, certification request and receipt ids, the
+receipt's evidence digest over the run's metadata, the stored manifest's
+pins) and compared; no producer, checker or solver runs. A work directory
+is audited whole by default: every entry is one kernel run writes, every
+attempt directory holds its run, and every line of its own outcomes.jsonl
+is re-derived by the pure core from the bundle the directory keeps
+(bundle.json, or bundle.jsonl for a stream) and the stored certifications
+that audit intact; an attempt the run certified whose directory is gone is
+reported. --outcomes audits another copy of the lines (kernel run -o) the
+same way; --bundle re-derives from the operator's own bundle instead, which
+must hold the attempts the kept copy holds. With --verify-key, the DSSE
+envelope written by `kernel attest` is verified (Ed25519 over the DSSE PAE)
+and each subject's digest recomputed, and so is the SLSA Verification
+Summary beside it (its input attestation, its policy digest).
 
 Exit codes (the kernel's scheme, README "Exit codes"): 0 intact (every id
 reproduces, and the attestation verifies when --verify-key is given);
@@ -56,7 +64,7 @@ altered payload or signature, a subject changed; each is listed). Exit 1
 Output: one line per mismatch and a verdict line on stdout (--format json:
 one document).
 
-Example: kernel audit runs/1 --outcomes out/outcomes.jsonl --bundle bundle.json"""
+Example: kernel audit runs/1 --bundle bundle.json"""
 
 
 class OutputFormat(enum.Enum):
@@ -76,7 +84,8 @@ def _print_text(report: AuditReport, attestation: list[str] | None) -> None:
         for problem in attestation:
             typer.echo(f"MISMATCH attestation: {problem}")
         if not attestation:
-            typer.echo("attestation verified: the signature and every subject's digest")
+            typer.echo("attestation verified: the signatures, every subject's digest and the "
+                       "verification summary")
     verdict = "intact" if report.intact and not attestation else "NOT intact"
     typer.echo(
         f"{verdict}: {report.layout.value} {report.root}: {report.checked} ids recomputed, "
@@ -92,16 +101,19 @@ def register(app: typer.Typer) -> None:
         run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="The stored run.")],
         outcomes: Annotated[Path | None, typer.Option(
             "--outcomes", metavar="FILE",
-            help="The JSON Lines `kernel run` wrote for this work directory.")] = None,
+            help="Another copy of the outcome lines of this work directory (kernel run -o); "
+                 "its own outcomes.jsonl is always audited.")] = None,
         bundle: Annotated[Path | None, typer.Option(
             "--bundle", metavar="FILE",
-            help="The bundle that was run: re-derive every outcome (needs --outcomes).")] = None,
+            help="The bundle that was run (yours): re-derive every outcome from it instead of "
+                 "the work directory's copy.")] = None,
         verify_key: Annotated[Path | None, typer.Option(
             "--verify-key", metavar="PUBKEY",
             help="Ed25519 public key (PEM): verify the run's DSSE attestation.")] = None,
         attestation: Annotated[Path | None, typer.Option(
             "--attestation", metavar="FILE",
-            help=f"The envelope to verify (default RUN_DIR/{ATTESTATION_FILE}).")] = None,
+            help=f"The envelope to verify (default RUN_DIR/{ATTESTATION_FILE}); the "
+                 f"verification summary beside it ({SUMMARY_FILE}) is verified too.")] = None,
         output_format: Annotated[OutputFormat, typer.Option(
             "--format", help="text (one line per mismatch and a verdict) or json.")
         ] = OutputFormat.TEXT,
@@ -125,6 +137,7 @@ def register(app: typer.Typer) -> None:
                     verify_attestation(
                         run_dir, attestation or run_dir / ATTESTATION_FILE, key,
                         outcomes=outcomes,
+                        summary=summary_path(run_dir.absolute(), attestation),
                     )
                 )
             except AttestationError as exc:

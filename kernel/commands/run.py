@@ -41,14 +41,16 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import typer
 
+from kernel.audit import BUNDLE_COPY, BUNDLE_STREAM_COPY, StoredCertifications
 from kernel.bundles import BundleStreamError, ReadyAttempt, outcome_line
 from kernel.commands._io import refuse
 from kernel.commands._outcomes import (
     Attempt,
+    BundleCopy,
     Emitter,
     FailOnOption,
     FormatOption,
@@ -71,7 +73,6 @@ from kernel.orchestrate import (
     ExecutorSetupError,
     ExecutorSpec,
     ExternalCertifier,
-    StoredCertifications,
     certification_entry,
     check_executor_spec,
     discover_tools,
@@ -96,7 +97,9 @@ Files: each attempt whose contract closes gets DIR/<attempt_id>/ with repository
 (the SMT problem), manifest.json (the pinned check), run/ (snapshot,
 evidence, requests, receipts, logs, metadata.json) and certification.json
 (request + receipt). DIR/outcomes.jsonl holds the outcome lines recorded so
-far, DIR/run-state.json which run the directory belongs to. DIR must be
+far, DIR/run-state.json which run the directory belongs to, and
+DIR/bundle.json (bundle.jsonl for a stream) the bundle exactly as this run
+read it: `kernel audit DIR` re-derives every outcome from it. DIR must be
 absent or empty, unless --resume.
 
 Output: as kernel replay (--out, --format table|json|jsonl, -q, -v); the
@@ -175,6 +178,7 @@ def _executor_spec(
 STATE_FILE = "run-state.json"
 OUTCOMES_FILE = "outcomes.jsonl"
 INTERRUPTED_FILE = "INTERRUPTED"
+BUNDLE_PARTIAL = ".bundle.partial"
 _STATE_FORMAT = "replay-kernel.run-state.v1"
 _METADATA_LIMIT = 1 << 20
 _ATTEMPT_DIR = re.compile(r"[0-9a-f]{64}")
@@ -397,7 +401,8 @@ def register(app: typer.Typer) -> None:
         if not deadline > 0:
             refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
         spec = _executor_spec(executor, workers, scheduler, connect_timeout)
-        total, identity, attempts = open_bundle(bundle_path)
+        copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)
+        total, identity, attempts = open_bundle(bundle_path, copy)
         recorded: list[bytes] = []
         if resume:
             recorded = _recorded_outcomes(work_dir, identity, total)
@@ -428,6 +433,8 @@ def register(app: typer.Typer) -> None:
                 root, entry, RunLimits(deadline, deadline), default_environment()
             )
             log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
+            kept = stack.enter_context((root / BUNDLE_PARTIAL).open("wb"))
+            copy.attach(kept)
             logger.addHandler(handler)
             stack.callback(logger.removeHandler, handler)
             try:
@@ -459,6 +466,7 @@ def register(app: typer.Typer) -> None:
                             os.fsync(log.fileno())
                     except BundleStreamError as exc:
                         stream_error(bundle_path, exc)
+                    _keep_bundle(root, kept, copy)
                     code = emitter.finish()
             except KeyboardInterrupt as exc:
                 name, exit_code = interruption(exc)
@@ -474,6 +482,22 @@ def register(app: typer.Typer) -> None:
         (root / INTERRUPTED_FILE).unlink(missing_ok=True)
         if code:
             raise typer.Exit(code)
+
+
+def _keep_bundle(root: Path, kept: BinaryIO, copy: BundleCopy) -> None:
+    """The bundle as this run read it, every attempt read: DIR/bundle.json (or .jsonl).
+
+    The work directory binds the bundle it ran: ``kernel audit DIR``
+    re-derives every outcome from this copy, and ``kernel attest`` signs its
+    digest (docs/audit-and-attest.md). A run cut short leaves only the
+    partial copy, which --resume writes again.
+    """
+    kept.flush()
+    os.fsync(kept.fileno())
+    name = BUNDLE_STREAM_COPY if copy.stream else BUNDLE_COPY
+    other = BUNDLE_COPY if copy.stream else BUNDLE_STREAM_COPY
+    (root / other).unlink(missing_ok=True)
+    os.replace(root / BUNDLE_PARTIAL, root / name)
 
 
 def _clear_unrecorded(root: Path, recorded: list[bytes]) -> None:

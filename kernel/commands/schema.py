@@ -21,6 +21,7 @@ from typing import Annotated, Final
 
 import typer
 
+from kernel.audit import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, AuditCode, RunLayout
 from kernel.bundles import (
     BUNDLE_STREAM_FORMAT,
     DRAFT_STREAM_FORMAT,
@@ -32,8 +33,6 @@ from kernel.commands._io import refuse, write_atomically
 from kernel.drafts import DraftCandidate, SearchDraft
 from kernel.external import RECEIPT_FIELDS, Job, Manifest, RunMetadata, Verdict
 from kernel.identity import JsonValue
-from kernel.orchestrate import AuditCode, RunLayout
-from kernel.orchestrate._attest import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 from kernel.organs import CertificationEvidence
 from kernel.replay import ReplayAdapterRefusal, ReplayAdapterResult, ReplayBundle
 from kernel.schemas import (
@@ -157,7 +156,7 @@ def _stream_header(name: str, title: str, description: str, fmt: str,
 
 
 def _audit_report() -> dict[str, JsonValue]:
-    # kernel.orchestrate._audit.report_document, plus the "attestation" member
+    # kernel.audit.report_document, plus the "attestation" member
     # kernel.commands.audit adds when --verify-key is given.
     optional_string: dict[str, JsonValue] = {"type": ["string", "null"]}
     finding = closed_object_schema("audit-finding", "", "", {
@@ -224,7 +223,7 @@ def _attestation_envelope() -> dict[str, JsonValue]:
     )
 
 
-# The metadata.json keys kernel.orchestrate._attest copies into the predicate
+# The metadata.json keys kernel.audit's attestation copies into the predicate
 # of an external run (each a string or null there).
 _EXTERNAL_PREDICATE_KEYS: Final = (
     "check_digest", "check_id", "evidence_digest", "input_digest", "job_digest", "job_id",

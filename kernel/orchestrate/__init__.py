@@ -3,7 +3,10 @@
 It sits above the pure core and the external protocol and imports downwards
 only (``kernel.replay``, ``kernel.organs``, ``kernel.verification``,
 ``kernel.external``, ``kernel.serde``, ``kernel.identity``); nothing pure
-imports it. See ``adr/0006-orchestrator-and-main-job.md``.
+imports it. See ``adr/0006-orchestrator-and-main-job.md``. The audit and
+attestation of stored runs are not orchestration: they live in
+``kernel.audit``, the layer above this one; the SMT producer and checker the
+certifier runs are programs, not modules (``kernel/programs/``).
 
 - ``replay_bundle`` / ``replay_requests``: validate -> replay_contract ->
   (``provider.gather`` on an optional ``concurrent.futures.Executor``) ->
@@ -13,17 +16,14 @@ imports it. See ``adr/0006-orchestrator-and-main-job.md``.
 - ``EvidenceProvider``: the seam; ``NoEvidence`` gathers nothing; a
   ``TaskProvider`` also cuts each attempt down to an ``EvidenceTask``, which
   is all that crosses an executor (ADR-0008);
-- ``audit_run``: recompute every id of a stored run offline;
-  ``attest_run`` / ``verify_attestation``: its outcomes as a signed in-toto
-  Statement in a DSSE envelope (ADR-0010);
 - ``ExternalCertifier``: evidence for ``arithmetic.target_certified`` from
   the pinned z3 -> cvc5 pair (``discover_tools``, ``certification_entry``),
   sealed by the verification adapter in an independent session; its tasks
   are ``CertificationTask`` values.
 
 Names are imported lazily (PEP 562 ``__getattr__``): ``from kernel.orchestrate
-import ExternalCertifier`` loads the certifier and what it needs, not the
-audit or attestation modules (and their cryptography). A spawned pool worker
+import ExternalCertifier`` loads the certifier and what it needs, nothing
+else. A spawned pool worker
 or a Dask worker unpickling a task imports only ``_driver`` and the provider's
 own module, which keeps worker start-up and ``kernel run`` start-up small
 (issue 10, items 6 and 7).
@@ -35,31 +35,6 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on first use
-    from kernel.orchestrate._attest import (
-        ATTESTATION_FILE,
-        PAYLOAD_TYPE,
-        PREDICATE_TYPE,
-        STATEMENT_TYPE,
-        AttestationError,
-        attest_run,
-        generate_key_pair,
-        key_id,
-        load_private_key,
-        load_public_key,
-        pae,
-        verify_attestation,
-    )
-    from kernel.orchestrate._audit import (
-        AuditCode,
-        AuditFinding,
-        AuditInputError,
-        AuditReport,
-        RunLayout,
-        StoredCertifications,
-        audit_run,
-        detect_layout,
-        report_document,
-    )
     from kernel.orchestrate._certifier import (
         CERTIFICATION_RECORD,
         RUN_ID,
@@ -96,37 +71,6 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
 
 # name -> the submodule that defines it
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "ATTESTATION_FILE",
-            "AttestationError",
-            "PAYLOAD_TYPE",
-            "PREDICATE_TYPE",
-            "STATEMENT_TYPE",
-            "attest_run",
-            "generate_key_pair",
-            "key_id",
-            "load_private_key",
-            "load_public_key",
-            "pae",
-            "verify_attestation",
-        ),
-        "kernel.orchestrate._attest",
-    ),
-    **dict.fromkeys(
-        (
-            "AuditCode",
-            "AuditFinding",
-            "AuditInputError",
-            "AuditReport",
-            "RunLayout",
-            "StoredCertifications",
-            "audit_run",
-            "detect_layout",
-            "report_document",
-        ),
-        "kernel.orchestrate._audit",
-    ),
     **dict.fromkeys(
         (
             "CERTIFICATION_RECORD",
@@ -203,12 +147,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "ATTESTATION_FILE",
-    "AttestationError",
-    "AuditCode",
-    "AuditFinding",
-    "AuditInputError",
-    "AuditReport",
     "BACKENDS_DIR",
     "CERTIFICATION_RECORD",
     "CERTIFY_CHECK_ID",
@@ -226,31 +164,16 @@ __all__ = [
     "MAX_WORKERS",
     "NoEvidence",
     "OrchestrateError",
-    "PAYLOAD_TYPE",
-    "PREDICATE_TYPE",
     "RUN_ID",
-    "RunLayout",
-    "STATEMENT_TYPE",
-    "StoredCertifications",
     "TaskProvider",
-    "attest_run",
-    "audit_run",
     "author_session",
     "backend_output",
     "certification_entry",
     "check_executor_spec",
-    "detect_layout",
     "discover_tools",
     "gather_safely",
-    "generate_key_pair",
-    "key_id",
-    "load_private_key",
-    "load_public_key",
     "open_executor",
-    "pae",
     "producer_session",
     "replay_bundle",
     "replay_requests",
-    "report_document",
-    "verify_attestation",
 ]

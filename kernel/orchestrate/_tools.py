@@ -2,9 +2,9 @@
 
 Rules (seed 003 "Command identity"; ADR-0004; ADR-0006):
 
-- the producer (``backends/smt_certify_producer.py``, running the z3 binary)
-  and the checker (``backends/smt_certify_checker.py``, loading cvc5) ship
-  inside this package and run as scripts by absolute path under the given
+- the producer (``kernel/programs/smt_certify_producer.py``, running the z3
+  binary) and the checker (``kernel/programs/smt_certify_checker.py``, loading
+  cvc5) ship inside the package and run as scripts by absolute path under the given
   interpreter; nothing is looked up on ``PATH``;
 - every pin is computed from the bytes on this machine when the entry is
   built: executable (the interpreter), the script as a dependency, and as
@@ -52,7 +52,8 @@ __all__ = [
     "discover_tools",
 ]
 
-BACKENDS_DIR: Final = Path(__file__).resolve().parent / "backends"
+# The programs the certifier runs (not modules: kernel/programs has no __init__.py).
+BACKENDS_DIR: Final = Path(__file__).resolve().parents[1] / "programs"
 CERTIFY_CHECK_ID: Final = "arithmetic-target-certified"
 CERTIFY_OBLIGATION: Final = "target_certified"
 CERTIFY_SPECIFICATION: Final = "certification.smt2"

@@ -37,21 +37,26 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import os
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, assert_never, final
 
-from kernel.identity import JsonValue, canonical_json, digest
-from kernel.orchestrate._audit import (
+from kernel.audit._run import (
     RunLayout,
     audit_run,
+    detect_layout,
     read_outcome_lines,
     stored_files,
 )
-from kernel.orchestrate.errors import OrchestrateError
+from kernel.audit._store import ATTESTATION_FILE, field_of
+from kernel.audit._summary import check_summary, summary_path, summary_statement
+from kernel.audit._work_dir import WORK_OUTCOMES
+from kernel.identity import JsonValue, canonical_json, digest
+from kernel.orchestrate import OrchestrateError
 from kernel.replay import ReplayBundle
 from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, parse_json
 
@@ -81,7 +86,6 @@ STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE: Final = "application/vnd.in-toto+json"
 # Ours: a URN, so it claims no web domain; versioned with the predicate's shape.
 PREDICATE_TYPE: Final = "urn:replay-kernel:predicate:run-outcomes:v1"
-ATTESTATION_FILE: Final = "attestation.dsse.json"
 OUTCOMES_SUBJECT_PREFIX: Final = "outcomes/"
 _KEY_BYTES: Final = 64 * 1024
 
@@ -206,8 +210,6 @@ def generate_key_pair(private_path: Path, public_path: Path) -> str:
 
 
 def _sha256_file(path: Path) -> str:
-    import hashlib
-
     hasher = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as handle:
@@ -218,14 +220,15 @@ def _sha256_file(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def _subjects(root: Path, outcomes: Path | None, exclude: Path) -> list[JsonValue]:
+def _subjects(root: Path, outcomes: Path | None, exclude: Sequence[Path]) -> list[JsonValue]:
     subjects: list[JsonValue] = []
-    excluded = os.path.abspath(exclude)
+    excluded = {os.path.abspath(path) for path in exclude}
     for relative, path in stored_files(root):
-        if os.path.abspath(path) == excluded:
+        if os.path.abspath(path) in excluded:
             continue
         subjects.append({"digest": {"sha256": _sha256_file(path)}, "name": relative})
-    if outcomes is not None:
+    inside = outcomes is not None and os.path.abspath(outcomes).startswith(str(root) + os.sep)
+    if outcomes is not None and not inside:
         subjects.append(
             {
                 "digest": {"sha256": _sha256_file(outcomes)},
@@ -252,15 +255,23 @@ def attest_run(
     outcomes: Path | None = None,
     bundle: ReplayBundle | None = None,
     out: Path | None = None,
+    fail_on: Sequence[str] = ("integrity",),
+    passed: Callable[[Sequence[bytes]], bool] | None = None,
 ) -> Path:
-    """Audit ``root``, then write its signed Statement; returns the envelope's path.
+    """Audit ``root``, then write its signed Statements; returns the outcomes envelope's path.
 
-    Raises ``AttestationError`` (``run_not_intact``) when the audit finds any
-    mismatch, ``outcomes_required`` for a work directory without outcomes,
-    and the audit's ``AuditInputError`` when ``root`` is not a stored run.
+    Two DSSE envelopes, signed with the same key: the outcomes Statement at
+    ``out`` (default ``root/ATTESTATION_FILE``) and, beside it
+    (``SUMMARY_FILE``), the SLSA Verification Summary whose result is
+    ``passed(outcome lines)`` (the caller's ``--fail-on`` verdict over the
+    re-derived lines; by default PASSED only when every line is a result
+    closed on both contract and proof). Raises ``AttestationError``
+    (``run_not_intact``) when the audit finds any mismatch, and the audit's
+    ``AuditInputError`` when ``root`` is not a stored run.
     """
     root = Path(os.path.abspath(root))
     target = Path(os.path.abspath(out)) if out is not None else root / ATTESTATION_FILE
+    summary = summary_path(root, out)
     report = audit_run(root, outcomes=outcomes, bundle=bundle)
     if not report.intact:
         raise AttestationError(
@@ -272,24 +283,37 @@ def attest_run(
         "audit": {"checked": report.checked, "intact": True},
         "layout": report.layout.value,
     }
+    lines: list[bytes] = []
     match report.layout:
         case RunLayout.WORK_DIR:
-            if outcomes is None:
-                raise AttestationError(
-                    "outcomes_required", "a kernel run work directory is attested with --outcomes"
-                )
-            lines = read_outcome_lines(outcomes)
+            # The directory's own lines: the audit re-derived every one of them.
+            lines = read_outcome_lines(root / WORK_OUTCOMES)
             predicate["outcomes"] = [parse_json(line) for line in lines]
+            verdict = (passed or _all_closed)(lines)
         case RunLayout.EXTERNAL_RUN:
-            predicate["run"] = _external_predicate(root)
+            run = _external_predicate(root)
+            predicate["run"] = run
+            verdict = field_of(run, "status") == "PASS"
         case _:
             assert_never(report.layout)
+    subjects = _subjects(root, outcomes, (target, summary))
     statement: JsonValue = {
         "_type": STATEMENT_TYPE,
         "predicate": predicate,
         "predicateType": PREDICATE_TYPE,
-        "subject": _subjects(root, outcomes, target),
+        "subject": subjects,
     }
+    envelope = _signed(private_key, statement)
+    _write_public(target, envelope)
+    vsa = summary_statement(
+        root, report.layout, subjects, target.name, hashlib.sha256(envelope).hexdigest(),
+        fail_on, verdict,
+    )  # fmt: skip
+    _write_public(summary, _signed(private_key, vsa))
+    return target
+
+
+def _signed(private_key: Ed25519PrivateKey, statement: JsonValue) -> bytes:
     payload = canonical_json(statement)
     signature = private_key.sign(pae(PAYLOAD_TYPE, payload))
     envelope: JsonValue = {
@@ -302,8 +326,16 @@ def attest_run(
             }
         ],
     }
-    _write_public(target, canonical_json(envelope) + b"\n")
-    return target
+    return canonical_json(envelope) + b"\n"
+
+
+def _all_closed(lines: Sequence[bytes]) -> bool:
+    for line in lines:
+        document = parse_json(line)
+        record = document.get("outcome", document) if isinstance(document, dict) else None
+        if field_of(record, "replay_disposition") != "contract_and_proof_closed":
+            return False
+    return True
 
 
 def _write_public(path: Path, data: bytes) -> None:
@@ -339,32 +371,74 @@ def verify_attestation(
     public_key: Ed25519PublicKey,
     *,
     outcomes: Path | None = None,
+    summary: Path | None = None,
 ) -> tuple[str, ...]:
     """Every problem with the run's attestation under ``public_key``; ``()`` when it verifies.
 
     The signature is checked (Ed25519 over the DSSE PAE) before the payload
     is read; then the Statement's type, predicate type, and every subject's
-    digest against the files now stored, and files it does not cover.
+    digest against the files now stored, and files it does not cover. With
+    ``summary``, the SLSA Verification Summary envelope too: its signature,
+    its predicate (``check_summary``: the outcomes envelope as its input
+    attestation, the policy digest recomputed) and its subjects.
     """
+    root = Path(os.path.abspath(root))
+    statement, problems = _open_envelope(envelope_path, public_key)
+    if statement is None:
+        return tuple(problems)
+    if statement.get("predicateType") != PREDICATE_TYPE:
+        problems.append(f"predicateType is not {PREDICATE_TYPE}")
+    subjects = statement.get("subject")
+    if not isinstance(subjects, list):
+        return (*problems, "the Statement has no subject list")
+    excluded = [envelope_path] if summary is None else [envelope_path, summary]
+    problems.extend(_check_subjects(root, subjects, outcomes, excluded))
+    if summary is not None:
+        problems.extend(_check_summary_envelope(root, summary, public_key, subjects,
+                                                envelope_path, outcomes))
+    return tuple(problems)
+
+
+def _check_summary_envelope(
+    root: Path,
+    summary: Path,
+    public_key: Ed25519PublicKey,
+    subjects: list[JsonValue],
+    envelope_path: Path,
+    outcomes: Path | None,
+) -> list[str]:
+    statement, problems = _open_envelope(summary, public_key)
+    if statement is None:
+        return [f"verification summary: {p}" for p in problems]
+    layout = detect_layout(root)
+    problems.extend(check_summary(root, layout, statement, envelope_path))
+    if statement.get("subject") != subjects:
+        problems.append("its subjects are not the outcomes Statement's")
+    return [f"verification summary: {p}" for p in problems]
+
+
+def _open_envelope(
+    envelope_path: Path, public_key: Ed25519PublicKey
+) -> tuple[dict[str, JsonValue] | None, list[str]]:
+    """The signed Statement of a DSSE envelope, verified under ``public_key``, or problems."""
     from cryptography.exceptions import InvalidSignature
 
-    root = Path(os.path.abspath(root))
     try:
         fd = os.open(envelope_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return (f"{envelope_path}: not a regular file",)
+                return None, [f"{envelope_path}: not a regular file"]
             envelope = parse_json(handle.read(MAX_DOCUMENT_BYTES + 1))
     except OSError as exc:
-        return (f"{envelope_path}: no attestation ({exc.strerror or exc})",)
+        return None, [f"{envelope_path}: no attestation ({exc.strerror or exc})"]
     except SerdeError as exc:
-        return (f"{envelope_path}: malformed envelope ({exc.code})",)
+        return None, [f"{envelope_path}: malformed envelope ({exc.code})"]
     if not isinstance(envelope, dict) or envelope.get("payloadType") != PAYLOAD_TYPE:
-        return (f"{envelope_path}: not a DSSE envelope of an in-toto payload",)
+        return None, [f"{envelope_path}: not a DSSE envelope of an in-toto payload"]
     payload = _b64(envelope.get("payload"))
     signatures = envelope.get("signatures")
     if payload is None or not isinstance(signatures, list) or not signatures:
-        return (f"{envelope_path}: malformed envelope (payload or signatures)",)
+        return None, [f"{envelope_path}: malformed envelope (payload or signatures)"]
     expected_id = key_id(public_key)
     message = pae(PAYLOAD_TYPE, payload)
     verified = False
@@ -378,25 +452,18 @@ def verify_attestation(
             continue
         verified = True
     if not verified:
-        return (f"{envelope_path}: no signature verifies with key {expected_id}",)
+        return None, [f"{envelope_path}: no signature verifies with key {expected_id}"]
     try:
         statement = parse_json(payload)
     except SerdeError as exc:
-        return (f"signed payload is not strict JSON ({exc.code})",)
-    problems: list[str] = []
+        return None, [f"signed payload is not strict JSON ({exc.code})"]
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
-        return ("signed payload is not an in-toto Statement v1",)
-    if statement.get("predicateType") != PREDICATE_TYPE:
-        problems.append(f"predicateType is not {PREDICATE_TYPE}")
-    subjects = statement.get("subject")
-    if not isinstance(subjects, list):
-        return (*problems, "the Statement has no subject list")
-    problems.extend(_check_subjects(root, subjects, outcomes, envelope_path))
-    return tuple(problems)
+        return None, ["signed payload is not an in-toto Statement v1"]
+    return statement, []
 
 
 def _check_subjects(
-    root: Path, subjects: Sequence[JsonValue], outcomes: Path | None, envelope_path: Path
+    root: Path, subjects: Sequence[JsonValue], outcomes: Path | None, envelopes: Sequence[Path]
 ) -> list[str]:
     problems: list[str] = []
     covered: set[str] = set()
@@ -425,8 +492,8 @@ def _check_subjects(
             continue
         if actual != recorded:
             problems.append(f"subject {name}: sha256 {actual}, attested {recorded}")
-    excluded = os.path.abspath(envelope_path)
+    excluded = {os.path.abspath(path) for path in envelopes}
     for relative, path in stored_files(root):
-        if relative not in covered and os.path.abspath(path) != excluded:
+        if relative not in covered and os.path.abspath(path) not in excluded:
             problems.append(f"{relative}: stored but not attested")
     return problems

@@ -2,7 +2,8 @@
 
 Usage: python smt_certify_producer.py --z3 /abs/path/to/z3 REQUEST.json
 
-Run by ``kernel.orchestrate.ExternalCertifier`` under the external verifier
+Run by the certifier (``ExternalCertifier``, kernel/orchestrate/_certifier.py)
+under the external verifier
 protocol (seed 003, ADR-0004): the request names the frozen snapshot, the
 claim and the evidence directory. The specification is a complete SMT-LIB 2
 script (``kernel.organs.certification_problem``) whose answer is ``unsat``

@@ -2,7 +2,8 @@
 
 Usage: python smt_certify_checker.py REQUEST.json RECEIPT.json
 
-Run by ``kernel.orchestrate.ExternalCertifier`` under the external verifier
+Run by the certifier (``ExternalCertifier``, kernel/orchestrate/_certifier.py)
+under the external verifier
 protocol (seed 003, ADR-0004). Standalone: standard library and cvc5 only.
 
 What it proves. ``accepted`` means: the frozen specification is a

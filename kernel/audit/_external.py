@@ -11,6 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernel.audit._store import (
+    METADATA,
+    AuditCode,
+    Auditor,
+    Unreadable,
+    field_of,
+    pairs_digest,
+    read_bounded,
+    tree_names,
+)
 from kernel.external import (
     ProcessStatus,
     Reason,
@@ -22,16 +32,6 @@ from kernel.external import (
     validate_receipt,
 )
 from kernel.identity import JsonValue, digest
-from kernel.orchestrate._audit_store import (
-    METADATA,
-    AuditCode,
-    Auditor,
-    Unreadable,
-    field_of,
-    pairs_digest,
-    read_bounded,
-    tree_names,
-)
 from kernel.serde import MAX_DOCUMENT_BYTES
 
 # --- one external run directory (seed 003) -------------------------------------------

@@ -8,14 +8,13 @@ stored certifications and compared byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, final
 
 import attrs
 
-from kernel.identity import canonical_json
-from kernel.orchestrate._audit_store import (
+from kernel.audit._store import (
     AuditCode,
     AuditFinding,
     AuditInputError,
@@ -26,9 +25,10 @@ from kernel.orchestrate._audit_store import (
     read_bounded,
     same_json,
 )
-from kernel.orchestrate._audit_work_dir import derive_certification
-from kernel.orchestrate._certifier import CERTIFICATION_RECORD, author_session
-from kernel.orchestrate._driver import replay_bundle
+from kernel.audit._work_dir import derive_certification
+from kernel.bundles import ReadyAttempt, RefusedAttempt
+from kernel.identity import canonical_json
+from kernel.orchestrate import CERTIFICATION_RECORD, author_session, replay_requests
 from kernel.organs import (
     CERTIFICATION_MEDIA_TYPE,
     CERTIFIED_MANIFEST,
@@ -40,9 +40,7 @@ from kernel.replay import (
     ProofEvidence,
     ReplayAdapterRefusal,
     ReplayAdapterResult,
-    ReplayBundle,
     refusal_id_of,
-    requests_from_bundle,
     result_id_of,
 )
 from kernel.serde import SerdeError, dumps, loads, parse_json, unstructure
@@ -262,21 +260,51 @@ class StoredCertifications:
         return derive_certification(self.work_dir / attempt_id)[1]
 
 
+@final
+class _Asked:
+    """``StoredCertifications``, noting which attempts the pure core asked to be certified."""
+
+    def __init__(self, inner: StoredCertifications) -> None:
+        self.inner = inner
+        self.asked: list[str] = []
+
+    def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
+        replay_input = state.validated.request.replay_input
+        if TARGET_CERTIFIED in replay_input.proof_obligation_refs:
+            self.asked.append(replay_input.attempt_id)
+        return self.inner.gather(state)
+
+
 def rederive(
     a: Auditor,
     outcomes_name: str,
     lines: list[bytes],
     stored: list[StoredOutcome | None],
-    bundle: ReplayBundle,
+    attempts: Sequence[ReadyAttempt | RefusedAttempt],
     certifications: Mapping[str, CertificationEvidence],
 ) -> None:
-    """Each outcome again from the bundle and the derived ``certifications``, byte for byte."""
-    try:
-        attempt_ids = [request.attempt.attempt_id for request in requests_from_bundle(bundle)]
-        provider = StoredCertifications(a.root, certifications)
-        outcomes = replay_bundle(bundle, CERTIFIED_MANIFEST, provider)
-    except ValueError as exc:
-        raise AuditInputError("bundle_refused", str(exc)) from exc
+    """Each outcome again from the bundle's attempts and the derived ``certifications``.
+
+    Compared byte for byte with the stored lines. Every attempt whose
+    contract closes was certified by ``kernel run`` in a directory of its
+    own: one that is gone is a finding (its outcome also differs, unless the
+    certification had found nothing to hand over).
+    """
+    provider = _Asked(StoredCertifications(a.root, certifications))
+    ready = [item.request for item in attempts if isinstance(item, ReadyAttempt)]
+    decided = iter(replay_requests(ready, CERTIFIED_MANIFEST, provider))
+    outcomes = [
+        next(decided) if isinstance(item, ReadyAttempt) else item.refusal for item in attempts
+    ]
+    attempt_ids = [item.attempt_id for item in attempts]
+    for attempt_id in provider.asked:
+        a.checked += 1
+        if not (a.root / attempt_id).is_dir():
+            a.finding(
+                a.root / attempt_id, "attempt", AuditCode.MISSING,
+                "the attempt's contract closes, so kernel run certified it here; "
+                "its directory is gone",
+            )  # fmt: skip
     # Each line as the command would write it again, in the stored line's own
     # form: an envelope (its attempt id the run's) or a bare record.
     derived = [

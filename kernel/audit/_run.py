@@ -63,16 +63,22 @@ import os
 from pathlib import Path
 from typing import assert_never
 
-from kernel.identity import JsonValue
-from kernel.orchestrate._audit_external import audit_external
-from kernel.orchestrate._audit_outcomes import (
+from kernel.audit._bundle import (
+    BUNDLE_COPY,
+    BUNDLE_STREAM_COPY,
+    bundle_attempts,
+    copied_attempts,
+    same_attempts,
+)
+from kernel.audit._external import audit_external
+from kernel.audit._outcomes import (
     StoredCertifications,
     audit_outcomes,
     link_outcomes,
     read_outcome_lines,
     rederive,
 )
-from kernel.orchestrate._audit_store import (
+from kernel.audit._store import (
     METADATA,
     AuditCode,
     AuditFinding,
@@ -84,7 +90,14 @@ from kernel.orchestrate._audit_store import (
     field_of,
     stored_files,
 )
-from kernel.orchestrate._audit_work_dir import attempt_dirs, audit_attempt
+from kernel.audit._work_dir import (
+    RUN_STATE,
+    WORK_OUTCOMES,
+    attempt_dirs,
+    audit_attempt,
+    audit_entries,
+)
+from kernel.identity import JsonValue
 from kernel.organs import CertificationEvidence
 from kernel.replay import (
     ReplayBundle,
@@ -117,7 +130,7 @@ def detect_layout(root: Path) -> RunLayout:
     if (root / METADATA).exists() or (root / METADATA).is_symlink():
         return RunLayout.EXTERNAL_RUN
     try:
-        if attempt_dirs(root):
+        if (root / RUN_STATE).exists() or (root / RUN_STATE).is_symlink() or attempt_dirs(root):
             return RunLayout.WORK_DIR
     except OSError as exc:
         raise AuditInputError("unreadable_run", f"{root}: {exc.strerror or exc}") from exc
@@ -135,36 +148,32 @@ def audit_run(
 ) -> AuditReport:
     """Recompute every id of the stored run at ``root``; report what does not reproduce.
 
-    ``outcomes`` is the JSON Lines file ``kernel run`` wrote for a work
-    directory; ``bundle`` (with ``outcomes``) re-derives each outcome from the
-    stored certifications. Raises ``AuditInputError`` when ``root`` is not a
-    stored run or an operator input (outcomes, bundle) is unusable; everything
-    found wrong inside the run is a finding, never an exception.
+    For a ``kernel run`` work directory everything is checked by default:
+    every entry of the directory, its own ``outcomes.jsonl`` and, when
+    given, another copy of the outcome lines (``outcomes``, e.g. the file of
+    ``kernel run -o``), each re-derived by the pure core from the bundle the
+    directory keeps (``bundle.json``, or ``bundle.jsonl`` for a stream) and
+    the stored certifications that audit intact. ``bundle``, the operator's
+    own copy, is re-derived from instead, and the kept copy must hold the
+    same attempts. Raises ``AuditInputError`` when ``root`` is not a stored
+    run or an operator input (outcomes, bundle) is unusable; everything found
+    wrong inside the run is a finding, never an exception.
     """
     root = Path(os.path.abspath(root))
     layout = detect_layout(root)
     a = Auditor(root)
     lines = read_outcome_lines(outcomes) if outcomes is not None else None
-    if bundle is not None and lines is None:
-        raise AuditInputError("bundle_without_outcomes", "--bundle needs --outcomes")
+    if bundle is not None and layout is RunLayout.EXTERNAL_RUN:
+        raise AuditInputError(
+            "bundle_without_work_dir", "--bundle re-derives the outcomes of a kernel run "
+            "work directory; this is an external run",
+        )  # fmt: skip
     try:
         match layout:
             case RunLayout.EXTERNAL_RUN:
                 audit_external(a, root)
             case RunLayout.WORK_DIR:
-                certifications: dict[str, CertificationEvidence | None] = {}
-                derived: dict[str, CertificationEvidence] = {}
-                for d in attempt_dirs(root):
-                    before = len(a.findings)
-                    evidence = certifications[d.name] = audit_attempt(a, d)
-                    if evidence is not None and len(a.findings) == before:
-                        derived[d.name] = evidence  # what --bundle may hand the pure core
-                if lines is not None and outcomes is not None:
-                    _audit_outcome_count(a, outcomes.name, len(lines))
-                    stored = audit_outcomes(a, outcomes, lines)
-                    link_outcomes(a, outcomes.name, stored, certifications)
-                    if bundle is not None:
-                        rederive(a, outcomes.name, lines, stored, bundle, derived)
+                _audit_work_dir(a, root, outcomes, lines, bundle)
             case _:
                 assert_never(layout)
     except OSError as exc:
@@ -174,8 +183,61 @@ def audit_run(
     return AuditReport(str(root), layout, a.checked, tuple(a.findings))
 
 
-# What ``kernel run`` writes first in a work directory: which run, how many attempts.
-RUN_STATE = "run-state.json"
+def _audit_work_dir(
+    a: Auditor,
+    root: Path,
+    outcomes: Path | None,
+    lines: list[bytes] | None,
+    bundle: ReplayBundle | None,
+) -> None:
+    audit_entries(a, root)
+    certifications: dict[str, CertificationEvidence | None] = {}
+    derived: dict[str, CertificationEvidence] = {}
+    for d in attempt_dirs(root):
+        before = len(a.findings)
+        evidence = certifications[d.name] = audit_attempt(a, d)
+        if evidence is not None and len(a.findings) == before:
+            derived[d.name] = evidence  # what the re-derivation may hand the pure core
+    kept = copied_attempts(a, root, required=bundle is None)
+    attempts = kept
+    if bundle is not None:
+        try:
+            attempts = bundle_attempts(bundle)
+        except ValueError as exc:
+            raise AuditInputError("bundle_refused", str(exc)) from exc
+        a.checked += 1
+        if kept is not None and not same_attempts(kept, attempts):
+            a.finding(
+                root / (BUNDLE_STREAM_COPY if (root / BUNDLE_STREAM_COPY).exists()
+                        else BUNDLE_COPY),
+                "bundle copy", AuditCode.BINDING_MISMATCH,
+                "the work directory's bundle holds other attempts than --bundle",
+            )  # fmt: skip
+    own = root / WORK_OUTCOMES
+    sources: list[tuple[str, list[bytes]]] = []
+    try:
+        sources.append((WORK_OUTCOMES, read_outcome_lines(own)))
+    except AuditInputError as exc:
+        a.checked += 1
+        code = AuditCode.MISSING if not (own.exists() or own.is_symlink()) else AuditCode.MALFORMED
+        a.finding(own, "outcomes", code, exc.message)
+    if lines is not None and outcomes is not None and not _same_file(outcomes, own):
+        sources.append((outcomes.name, lines))
+    for name, source in sources:
+        _audit_outcome_count(a, name, len(source))
+        stored = audit_outcomes(a, Path(name), source)
+        link_outcomes(a, name, stored, certifications)
+        if attempts is not None:
+            rederive(a, name, source, stored, attempts, derived)
+    if not sources and attempts is not None:
+        rederive(a, WORK_OUTCOMES, [], [], attempts, derived)  # still: no certified attempt lost
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
 
 
 def _audit_outcome_count(a: Auditor, outcomes_name: str, count: int) -> None:

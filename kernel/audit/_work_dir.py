@@ -14,13 +14,16 @@ certification counts only if its attempt audits intact. ``kernel run
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Final
 
-from kernel.external import RunOutcome, Status
-from kernel.identity import digest
-from kernel.orchestrate._audit_external import audit_external
-from kernel.orchestrate._audit_store import (
+from kernel.audit._bundle import BUNDLE_COPY, BUNDLE_STREAM_COPY
+from kernel.audit._external import audit_external
+from kernel.audit._store import (
+    ATTESTATION_FILE,
     METADATA,
+    SUMMARY_FILE,
     AuditCode,
     AuditFinding,
     Auditor,
@@ -28,7 +31,9 @@ from kernel.orchestrate._audit_store import (
     field_of,
     sha256_file,
 )
-from kernel.orchestrate._certifier import CERTIFICATION_RECORD, backend_output
+from kernel.external import RunOutcome, Status
+from kernel.identity import digest
+from kernel.orchestrate import CERTIFICATION_RECORD, backend_output
 from kernel.organs import (
     CertificationEvidence,
 )
@@ -183,3 +188,54 @@ def _audit_manifest_copy(a: Auditor, attempt: Path, run: Path) -> None:
     # Every field of the approved entry, pins included, is bound into identity(check).
     for name, value in sorted(entries[0].items()):
         a.compare(manifest_path, f"entry {name}", value, identity.get(name))
+
+
+# What kernel run writes at the top of a work directory besides attempt
+# directories (kernel/commands/run.py), and the default attestation.
+RUN_STATE: Final = "run-state.json"
+WORK_OUTCOMES: Final = "outcomes.jsonl"
+INTERRUPTED: Final = "INTERRUPTED"
+_TOP_LEVEL: Final = frozenset({RUN_STATE, WORK_OUTCOMES, BUNDLE_COPY, BUNDLE_STREAM_COPY,
+                               ATTESTATION_FILE, SUMMARY_FILE, INTERRUPTED})
+_ATTEMPT_ENTRIES: Final = frozenset({"run", "repository", "manifest.json", CERTIFICATION_RECORD})
+_ATTEMPT_NAME: Final = re.compile(r"[0-9a-f]{64}")
+
+
+def audit_entries(a: Auditor, root: Path) -> None:
+    """Every entry of the work directory is one kernel run writes; no attempt directory is empty.
+
+    Without this an extra file beside the records, or an attempt directory
+    emptied of its run, audited intact: the audit only read what it knew.
+    """
+    for child in sorted(root.iterdir()):
+        a.checked += 1
+        name = child.name
+        if name in _TOP_LEVEL:
+            if name == INTERRUPTED:
+                a.finding(
+                    child, "run", AuditCode.INCONSISTENT,
+                    "the run was interrupted and not finished (kernel run --resume)",
+                )  # fmt: skip
+            elif child.is_symlink() or not child.is_file():
+                a.finding(child, "file", AuditCode.NOT_REGULAR, "not a regular file")
+            continue
+        if not _ATTEMPT_NAME.fullmatch(name):
+            a.finding(child, "entry", AuditCode.UNDECLARED, "kernel run writes no such entry")
+            continue
+        if child.is_symlink() or not child.is_dir():
+            a.finding(child, "attempt", AuditCode.NOT_REGULAR, "not a plain directory")
+            continue
+        entries = {entry.name for entry in child.iterdir()}
+        for extra in sorted(entries - _ATTEMPT_ENTRIES):
+            a.checked += 1
+            a.finding(
+                child / extra, "entry", AuditCode.UNDECLARED,
+                "kernel run writes no such entry in an attempt directory",
+            )  # fmt: skip
+        if "run" not in entries:
+            a.checked += 1
+            a.finding(
+                child / "run", "attempt", AuditCode.MISSING,
+                "an attempt directory without its run (kernel run writes one for every "
+                "attempt it certifies)",
+            )  # fmt: skip

@@ -19,12 +19,16 @@ from typing import Final, TypeVar, final
 import attrs
 
 from kernel.identity import JsonValue, digest
-from kernel.orchestrate.errors import OrchestrateError
+from kernel.orchestrate import OrchestrateError
 from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, dumps, loads, parse_json
 
 _T = TypeVar("_T")
 _CHUNK: Final = 1024 * 1024
 METADATA: Final = "metadata.json"
+# Where kernel attest writes its envelope by default (kernel.audit._attest).
+ATTESTATION_FILE: Final = "attestation.dsse.json"
+# ... and the SLSA Verification Summary beside it (kernel.audit._summary).
+SUMMARY_FILE: Final = "verification-summary.dsse.json"
 
 
 @final
