@@ -25,15 +25,15 @@ from typing import assert_never
 
 import attrs
 
+from kernel.external._attempt import Attempt, Block, Recorder, fresh_attempt, require_utf8_path
 from kernel.external._contain import (
     ContainmentLevel,
-    SealedCopies,
     SealedFile,
     available_level,
 )
+from kernel.external._evidence import KEPT_EVIDENCE_REASONS, hash_evidence, is_real_directory
 from kernel.external._files import (
     FileLedger,
-    HashStopped,
     StopWhen,
     copy_hashed,
     fsync_directory,
@@ -45,18 +45,12 @@ from kernel.external._files import (
 )
 from kernel.external._identity import CheckIdentity, all_pins, identity_of
 from kernel.external._job import Job, job_digest_of
-from kernel.external._manifest import CheckEntry, Command, Pin, check_identifier
+from kernel.external._manifest import CheckEntry, Command, Pin
 from kernel.external._outcome import (
-    METADATA_SCHEMA_VERSION,
-    CheckedDigests,
-    Decision,
-    Execution,
     FileDigest,
     ProcessSummary,
     Reason,
-    RunIdentity,
     RunKind,
-    RunMetadata,
     RunOutcome,
     Status,
     Verdict,
@@ -65,7 +59,7 @@ from kernel.external._outcome import (
 from kernel.external._pins import first_pin_failure
 from kernel.external._process import ProcessStatus, run_process
 from kernel.external._receipt import ReceiptExpectation, reason_for, validate_receipt
-from kernel.external._sandbox import StepLimits, StepView, sandbox_environment
+from kernel.external._sandbox import StepView, sandbox_environment
 from kernel.external._settings import (
     REQUEST_SCHEMA_VERSION,
     Progress,
@@ -74,7 +68,7 @@ from kernel.external._settings import (
     Stage,
     expand_argv,
 )
-from kernel.external.errors import ManifestError, RunDirectoryError
+from kernel.external.errors import RunDirectoryError
 from kernel.identity import JsonValue, sha256_hex
 from kernel.serde import dumps, unstructure
 
@@ -101,141 +95,6 @@ __all__ = [
 ]
 
 # --- the steps ------------------------------------------------------------------------
-
-
-class Block(Exception):
-    """A guard failed: the run ends BLOCKED with ``reason``."""
-
-    def __init__(self, reason: Reason, detail: str, summary: ProcessSummary | None = None) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.summary = summary
-
-
-@attrs.define
-class Recorder:
-    """Mutable draft of the metadata; frozen into ``RunMetadata`` at the end."""
-
-    kind: RunKind
-    run_id: str
-    replay_of: str | None
-    check_id: str
-    manifest_path: str
-    repository_root: str
-    job_id: str
-    job_digest: str
-    containment: ContainmentLevel | None = None
-    limits: StepLimits | None = None
-    check_digest: str | None = None
-    input_digest: str | None = None
-    inputs: tuple[FileDigest, ...] = ()
-    specification_digest: str | None = None
-    artifacts: tuple[FileDigest, ...] = ()
-    evidence_digest: str | None = None
-    producer: ProcessSummary | None = None
-    checker: ProcessSummary | None = None
-    producer_request_sha256: str | None = None
-    checker_request_sha256: str | None = None
-    receipt_sha256: str | None = None
-    verdict: Verdict | None = None
-
-    def freeze(self, status: Status, reason: Reason | None, detail: str) -> RunMetadata:
-        # A detail can quote a path a command created with undecodable bytes
-        # (an OSError's filename); the metadata is strict UTF-8, so escape them.
-        detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
-        return RunMetadata(
-            metadata_schema_version=METADATA_SCHEMA_VERSION,
-            run=RunIdentity(
-                kind=self.kind,
-                run_id=self.run_id,
-                replay_of=self.replay_of,
-                check_id=self.check_id,
-                manifest_path=self.manifest_path,
-                repository_root=self.repository_root,
-                job_id=self.job_id,
-                job_digest=self.job_digest,
-            ),
-            containment=self.containment,
-            limits=self.limits,
-            checked=CheckedDigests(
-                check_digest=self.check_digest,
-                input_digest=self.input_digest,
-                inputs=self.inputs,
-                specification_digest=self.specification_digest,
-                artifacts=self.artifacts,
-                evidence_digest=self.evidence_digest,
-            ),
-            execution=Execution(
-                producer=self.producer,
-                checker=self.checker,
-                producer_request_sha256=self.producer_request_sha256,
-                checker_request_sha256=self.checker_request_sha256,
-                receipt_sha256=self.receipt_sha256,
-            ),
-            decision=Decision(verdict=self.verdict, status=status, reason=reason, detail=detail),
-        )
-
-
-@attrs.frozen
-class Attempt:
-    """One attempt directory; ``files`` reads each file once per attempt (then compares
-    fingerprints), ``sealed`` holds the sealed copies both launches run."""
-
-    root: Path
-    files: FileLedger = attrs.field(factory=FileLedger, eq=False, repr=False)
-    sealed: SealedCopies = attrs.field(factory=SealedCopies, eq=False, repr=False)
-
-    @property
-    def snapshot(self) -> Path:
-        return self.root / "snapshot"
-
-    @property
-    def evidence(self) -> Path:
-        return self.root / "evidence"
-
-    def role_dir(self, role: Role) -> Path:
-        return self.root / role.value
-
-    def placeholders(self, command: Command, role: Role) -> dict[str, str]:
-        return {
-            "python": command.executable.path,
-            "snapshot": str(self.snapshot),
-            "run_dir": str(self.root),
-            "request": str(self.role_dir(role) / "request.json"),
-            "evidence": str(self.evidence),
-            "receipt": str(self.role_dir(role) / "receipt.json"),
-        }
-
-
-def require_utf8_path(path: Path | str, what: str) -> None:
-    """Refuse a path that is not valid UTF-8: requests and metadata are strict JSON."""
-    try:
-        os.fspath(path).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise RunDirectoryError(
-            "path_not_utf8", f"{what} {os.fspath(path)!r} is not valid UTF-8"
-        ) from exc
-
-
-def fresh_attempt(parent: Path, attempt_id: str) -> Attempt:
-    """Create ``parent/attempt_id``; raises ``RunDirectoryError`` if it exists."""
-    try:
-        check_identifier(attempt_id, "run id")
-    except ManifestError as exc:
-        raise RunDirectoryError("invalid_run_id", exc.message) from exc
-    require_utf8_path(os.path.abspath(parent), "run root")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        root = Path(os.path.realpath(parent)) / attempt_id
-        require_utf8_path(root, "attempt directory")
-        root.mkdir()
-    except FileExistsError as exc:
-        raise RunDirectoryError("run_dir_exists", f"{parent / attempt_id} already exists") from exc
-    except OSError as exc:
-        raise RunDirectoryError("run_dir_unwritable", f"{parent}: {exc.strerror}") from exc
-    return Attempt(root)
-
 
 def check_job(job: Job, entry: CheckEntry) -> None:
     """Seed 003 "Before execution": the job digest and its binding to this check."""
@@ -377,7 +236,7 @@ def verify_snapshot(
 ) -> None:
     """The snapshot holds exactly the declared inputs, byte for byte (``rehash``; by
     fingerprint for a copy the attempt's ledger can trust)."""
-    if not _is_real_directory(attempt.snapshot):
+    if not is_real_directory(attempt.snapshot):
         raise Block(reason, f"{when}: snapshot/ is no longer a plain directory")
     expected = {d.path: d.sha256 for d in inputs}
     parents = {"/".join(p.split("/")[:i]) for p in expected for i in range(1, p.count("/") + 1)}
@@ -394,119 +253,6 @@ def verify_snapshot(
     missing = sorted(set(expected) - present)
     if missing:
         raise Block(reason, f"{when}: {missing[0]!r} is missing from snapshot/")
-
-
-def _is_real_directory(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
-
-
-def hash_evidence(
-    evidence: Path,
-    declared: tuple[str, ...],
-    ledger: FileLedger | None = None,
-    *,
-    limits: RunLimits,
-    stop: StopWhen,
-    timeout_reason: Reason,
-) -> tuple[FileDigest, ...]:
-    """Seed 003 step 3: hash exactly the declared artifacts (through ``ledger``: by
-    fingerprint once it hashed them); the list is exact.
-
-    Issue 18, finding 5: every artifact's size is checked against ``limits``
-    before any byte is read (``artifact_too_large``, ``evidence_too_large``),
-    and the hash and the walk stop on ``stop``: ``cancelled``, or
-    ``timeout_reason`` (the deadline of the step whose evidence this is).
-    """
-    if not _is_real_directory(evidence):
-        raise Block(Reason.ARTIFACT_SYMLINK, "evidence/ is no longer a plain directory")
-    files = ledger if ledger is not None else FileLedger()
-    found = [(relative, _declared_artifact(evidence, relative)) for relative in declared]
-    _check_evidence_size(found, limits)
-    digests: list[FileDigest] = []
-    try:
-        for relative, (path, _) in found:
-            digests.append(
-                FileDigest(relative, files.sha256(path, follow_symlinks=False, stop=stop))
-            )
-        entries = walk_tree(evidence, stop)
-    except HashStopped as stopped:
-        reason = timeout_reason if stopped.expired else Reason.CANCELLED
-        raise Block(reason, f"evidence/: {stopped.detail}") from stopped
-    allowed = set(declared) | {
-        "/".join(p.split("/")[:i]) for p in declared for i in range(1, p.count("/") + 1)
-    }
-    for relative, kind in entries:
-        if relative not in allowed:
-            raise Block(
-                Reason.ARTIFACT_UNDECLARED, f"undeclared {kind} {relative!r} under evidence/"
-            )
-    return tuple(sorted(digests, key=lambda d: d.path))
-
-
-KEPT_EVIDENCE_REASONS = frozenset(
-    {
-        Reason.CANCELLED,
-        Reason.PRODUCER_TIMEOUT,
-        Reason.CHECKER_TIMEOUT,
-        Reason.ARTIFACT_TOO_LARGE,
-        Reason.EVIDENCE_TOO_LARGE,
-    }
-)
-"""What ``hash_evidence`` can raise that a caller reporting ``evidence_changed`` keeps
-as it is: a stop, or evidence over its limits, is that whenever it is seen."""
-
-
-def _declared_artifact(evidence: Path, relative: str) -> tuple[Path, os.stat_result]:
-    """The artifact's path and ``lstat``: a regular file reached without a symlink."""
-    current = evidence
-    parts = relative.split("/")
-    for index, part in enumerate(parts):
-        current = current / part
-        try:
-            status = os.lstat(current)
-        except FileNotFoundError as exc:
-            raise Block(Reason.ARTIFACT_MISSING, f"artifact {relative!r} is missing") from exc
-        if stat.S_ISLNK(status.st_mode):
-            raise Block(Reason.ARTIFACT_SYMLINK, f"artifact {relative!r} goes through a symlink")
-        last = index == len(parts) - 1
-        if (last and not stat.S_ISREG(status.st_mode)) or (
-            not last and not stat.S_ISDIR(status.st_mode)
-        ):
-            raise Block(Reason.ARTIFACT_NOT_REGULAR, f"artifact {relative!r} is not a regular file")
-    return current, status
-
-
-def _occupied_bytes(status: os.stat_result) -> int:
-    """What a file counts against the limits: the larger of its apparent size and the
-    space allocated to it (a sparse file is large by the first, a file preallocated
-    past its end by the second)."""
-    return max(status.st_size, status.st_blocks * 512)
-
-
-def _check_evidence_size(
-    found: list[tuple[str, tuple[Path, os.stat_result]]], limits: RunLimits
-) -> None:
-    """Issue 18, finding 5: each artifact and all of them within ``limits``, before hashing."""
-    total = 0
-    for relative, (_, status) in found:
-        size = _occupied_bytes(status)
-        if size > limits.artifact_limit_bytes:
-            raise Block(
-                Reason.ARTIFACT_TOO_LARGE,
-                f"artifact {relative!r} is {size} bytes (apparent {status.st_size}, "
-                f"allocated {status.st_blocks * 512}), over the limit of "
-                f"{limits.artifact_limit_bytes} bytes per artifact; nothing was hashed",
-            )
-        total += size
-    if total > limits.evidence_limit_bytes:
-        raise Block(
-            Reason.EVIDENCE_TOO_LARGE,
-            f"the {len(found)} declared artifacts are {total} bytes together, over the "
-            f"evidence limit of {limits.evidence_limit_bytes} bytes; nothing was hashed",
-        )
 
 
 def _reason_for(role: Role, status: ProcessStatus) -> Reason:
@@ -633,7 +379,7 @@ def launch(
     )
     directory = attempt.role_dir(role)
     summary = summarize_process(result)
-    if not _is_real_directory(directory):
+    if not is_real_directory(directory):
         # Never write (logs) or read (a receipt) through a directory the command swapped.
         raise Block(
             Reason.RUN_DIR_TAMPERED, f"{role.value}/ is no longer a plain directory", summary
