@@ -45,7 +45,13 @@ from kernel.bundles import (
     read_draft_stream,
     seal_bundle,
 )
-from kernel.commands._io import OutputFile, bounded_lines, open_input, refuse
+from kernel.commands._io import (
+    OutputFile,
+    bounded_lines,
+    open_input,
+    refuse,
+    refuse_output_is_input,
+)
 from kernel.drafts import SearchDraft
 from kernel.organs import BUILTIN_MANIFEST, CERTIFIED_MANIFEST
 from kernel.replay import AuthorityManifest
@@ -161,6 +167,7 @@ def register(app: typer.Typer) -> None:
 
         Example: kernel bundle draft.json -o bundle.json
         """
+        refuse_output_is_input(out, draft_path)
         with _progress(not quiet and sys.stderr.isatty()) as progress:
             draft = _read_draft(draft_path)
             progress("sealing", None, None)

@@ -46,7 +46,7 @@ from typing import Annotated
 import typer
 
 from kernel.bundles import BundleStreamError, ReadyAttempt, outcome_line
-from kernel.commands._io import refuse
+from kernel.commands._io import refuse, refuse_output_is_input
 from kernel.commands._outcomes import (
     Attempt,
     Emitter,
@@ -397,6 +397,7 @@ def register(app: typer.Typer) -> None:
         if not deadline > 0:
             refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
         spec = _executor_spec(executor, workers, scheduler, connect_timeout)
+        refuse_output_is_input(out, bundle_path, work_dir / OUTCOMES_FILE)
         total, identity, attempts = open_bundle(bundle_path)
         recorded: list[bytes] = []
         if resume:
