@@ -17,7 +17,9 @@ Exit codes:
 - 0: the bundle was written;
 - 1: the draft cannot become a replay bundle (its organ has no contract
   authority in the manifest, the organ's contract accepts the original frame
-  so there is nothing to replay, or a delta does not apply to it);
+  so there is nothing to replay, a delta does not apply to it, or replay
+  would refuse a candidate as an integrity failure: ``candidate_does_not_replay``
+  names the candidate and replay's reason); nothing is written;
 - 2: the draft was refused at the boundary (unreadable, malformed JSON,
   schema mismatch).
 """
@@ -160,10 +162,16 @@ def register(app: typer.Typer) -> None:
         limits kernel replay and kernel run read with (kernel.bundles.BUNDLE_LIMITS):
         nothing is written that they would refuse.
 
+        Every attempt is put through replay's own checks before anything is
+        written: a bundle this command writes never replays as an integrity
+        failure (a candidate whose source text differs from the problem's is
+        refused here, candidate_does_not_replay, naming the candidate).
+
         Exit codes: 0 bundle written; 1 the draft cannot become a bundle (organ
         not in the manifest, original frame not refused, a delta that does not
-        apply, a document or line over the limits); 2 usage error or draft
-        refused at the boundary. Nothing is written unless the whole bundle is.
+        apply, a candidate replay would refuse, a document or line over the
+        limits); 2 usage error or draft refused at the boundary. Nothing is
+        written unless the whole bundle is.
 
         Example: kernel bundle draft.json -o bundle.json
         """
