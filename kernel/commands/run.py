@@ -217,6 +217,22 @@ class _NoteHandler(logging.Handler):
         typer.echo(f"note: {record.getMessage()}", err=True)
 
 
+def _check_utf8_work_dir(work_dir: Path) -> None:
+    """Refuse a work directory whose path is not UTF-8 (exit 2), before anything runs.
+
+    The attempts' records name their files by path in canonical JSON, which
+    is UTF-8 only: such a run used to start and then fail every
+    certification (exit 1) instead of refusing at the boundary.
+    """
+    raw = os.fsencode(work_dir.absolute())
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        refuse("work_dir_not_utf8",
+               f"--work-dir {raw!r}: the path is not UTF-8, and the run's records name "
+               "their files in UTF-8; choose another directory name")
+
+
 def _check_fresh_work_dir(work_dir: Path) -> None:
     if work_dir.is_symlink() or (work_dir.exists() and not work_dir.is_dir()):
         refuse("work_dir_not_directory", f"{work_dir}: not a plain directory")
@@ -392,6 +408,7 @@ def register(app: typer.Typer) -> None:
             "--connect-timeout", metavar="SECONDS",
             help="How long to try reaching --scheduler before refusing.")] = 10.0,
     ) -> None:
+        _check_utf8_work_dir(work_dir)
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on, (FailOn.UNAVAILABLE,))
         if not deadline > 0:
