@@ -109,6 +109,13 @@ def test_out_onto_a_character_device_writes_through(tmp_path: Path, command: str
     assert received == expected
 
 
+def test_out_onto_dev_stdout_writes_to_the_pipe_stdout_is() -> None:
+    # /dev/stdout -> /proc/self/fd/1 -> pipe:[N]: a device path with no real path.
+    done = kernel("bundle", DRAFT, "-o", "/dev/stdout")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == kernel("bundle", DRAFT).stdout
+
+
 def test_out_onto_dev_null_leaves_it_a_character_device(tmp_path: Path) -> None:
     # Guard first: on a device of this test's own, the command must write
     # through; only then may it be pointed at the machine's /dev/null.

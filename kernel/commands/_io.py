@@ -240,16 +240,18 @@ class OutputFile:
             self._handle: BinaryIO = sys.stdout.buffer
             return
         try:
-            # A symlink is followed to what it points at (or would point at).
-            self._target = Path(os.path.realpath(path))
-            mode = os.stat(self._target).st_mode
+            mode: int | None = os.stat(path).st_mode  # through any symlink
         except FileNotFoundError:
             mode = None
         except (OSError, ValueError) as exc:
             refuse("unwritable_output", f"{path}: {getattr(exc, 'strerror', None) or exc}")
         if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+            # Opened by the name given: /dev/stdout -> /proc/self/fd/1 -> a
+            # pipe has no real path to open.
             self._open_through()
             return
+        # A symlink is followed to what it points at (or would point at).
+        self._target = Path(os.path.realpath(path))
         if mode is not None and not stat.S_ISREG(mode):
             refuse("output_not_writable",
                    f"{path}: not a regular file, character device or FIFO; not replaced")
@@ -266,7 +268,7 @@ class OutputFile:
         # No O_CREAT, no O_TRUNC: the device or FIFO is used, never made anew.
         # Opening a FIFO waits for its reader, as the shell's ``>`` does.
         try:
-            fd = os.open(self._target, os.O_WRONLY | os.O_CLOEXEC | os.O_NOCTTY)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOCTTY)
         except OSError as exc:
             refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")
         self._through = True
