@@ -7,9 +7,10 @@ hung), a symlink replaced (its target untouched), and ``kernel replay
 same.json -o same.json`` overwrote its own input. Every test runs the real
 command line (``tests/support/cli.py``).
 
-The test that writes to the real ``/dev/null`` first proves, on a pseudo
-terminal of its own, that the command writes through a character device;
-only then does it touch ``/dev/null`` (a regression must never replace it).
+The tests that write to the real ``/dev/null`` and ``/dev/stdout`` first
+prove, on a pseudo terminal of their own, that the command writes through a
+character device; only then do they touch the machine's (a regression must
+never replace them). Against the old code they fail at that guard.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.orchestrate_helpers import ROOT
-from tests.support.cli import kernel
+from tests.support.cli import KERNEL_MAIN, kernel
 
 DRAFT = ROOT / "examples" / "drafts" / "marbles.json"
 EXAMPLE = ROOT / "examples" / "replay" / "bundle.json"
@@ -109,8 +110,21 @@ def test_out_onto_a_character_device_writes_through(tmp_path: Path, command: str
     assert received == expected
 
 
-def test_out_onto_dev_stdout_writes_to_the_pipe_stdout_is() -> None:
+def _writes_through_devices(tmp_path: Path) -> None:
+    """Fail unless the command writes through a device of this test's own.
+
+    Checked before a test points it at the machine's /dev/null or
+    /dev/stdout: a regression (a rename over the path) must fail here, on a
+    pseudo terminal, and never replace the machine's device or symlink.
+    """
+    probe, received = _through_a_terminal("bundle", DRAFT)
+    assert probe.returncode == 0 and received == _sealed(tmp_path), (
+        f"not written through a device; the machine's devices left alone: {probe.stderr}")
+
+
+def test_out_onto_dev_stdout_writes_to_the_pipe_stdout_is(tmp_path: Path) -> None:
     # /dev/stdout -> /proc/self/fd/1 -> pipe:[N]: a device path with no real path.
+    _writes_through_devices(tmp_path)
     done = kernel("bundle", DRAFT, "-o", "/dev/stdout")
     assert done.returncode == 0, done.stderr
     assert done.stdout == kernel("bundle", DRAFT).stdout
@@ -119,9 +133,7 @@ def test_out_onto_dev_stdout_writes_to_the_pipe_stdout_is() -> None:
 def test_out_onto_dev_null_leaves_it_a_character_device(tmp_path: Path) -> None:
     # Guard first: on a device of this test's own, the command must write
     # through; only then may it be pointed at the machine's /dev/null.
-    probe, received = _through_a_terminal("bundle", DRAFT)
-    assert probe.returncode == 0 and received == _sealed(tmp_path), (
-        f"not written through a device; /dev/null left alone: {probe.stderr}")
+    _writes_through_devices(tmp_path)
     before = os.stat("/dev/null")
     assert stat.S_ISCHR(before.st_mode)
     for args in (("bundle", DRAFT), ("replay", EXAMPLE, "-q")):
@@ -238,3 +250,27 @@ def test_stdout_and_stdin_are_never_the_same_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == _sealed(tmp_path)
+
+
+def test_replay_of_stdin_redirected_from_its_output_is_refused(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle.json"
+    bundle.write_bytes(EXAMPLE.read_bytes())
+    with bundle.open("rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-c", KERNEL_MAIN, "replay", "-", "-o", str(bundle)],
+            stdin=stdin, capture_output=True, text=True, check=False, timeout=120,
+        )
+    assert done.returncode == 2  # before: exit 3, the bundle replaced by its outcomes
+    _one_line_error(done, "output_is_input")
+    assert bundle.read_bytes() == EXAMPLE.read_bytes()
+
+
+def test_stdin_from_another_file_is_not_the_output(tmp_path: Path) -> None:
+    out = tmp_path / "outcomes.jsonl"
+    with EXAMPLE.open("rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-c", KERNEL_MAIN, "replay", "-", "-q", "-o", str(out)],
+            stdin=stdin, capture_output=True, text=True, check=False, timeout=120,
+        )
+    assert done.returncode == 3, done.stderr  # the example's one tampered attempt
+    assert out.read_bytes().count(b"\n") == 8

@@ -194,18 +194,35 @@ def _same_file(a: Path, b: Path) -> bool:
     return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
 
 
+def _stdin_is(path: Path) -> bool:
+    """Whether stdin is redirected from the regular file ``path`` names."""
+    try:
+        given, named = os.fstat(sys.stdin.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISREG(given.st_mode) and (given.st_dev, given.st_ino) == (
+        named.st_dev, named.st_ino)
+
+
 def refuse_output_is_input(out: Path | None, *inputs: Path | None, label: str = "--out") -> None:
     """Refuse (exit 2, ``output_is_input``) an output that names one of the inputs.
 
     Called before anything is read or run: ``kernel replay same.json -o
     same.json`` used to replace its own input with its outcomes. A hard link
-    or a symlink to the input is the same file (device and inode); stdin and
-    stdout (``-``) are never the same file as anything.
+    or a symlink to the input is the same file (device and inode); ``-`` as
+    the input is stdin, the same file when it is redirected from the output
+    (``< b.json``); stdout (``-``) as the output is never the same file.
     """
     if out is None or is_stdio(out):
         return
     for source in inputs:
-        if source is None or is_stdio(source):
+        if source is None:
+            continue
+        if is_stdio(source):
+            if _stdin_is(out):  # kernel replay - -o b.json < b.json
+                refuse("output_is_input",
+                       f"{label} {out}: is the file on stdin, which this command reads; "
+                       "nothing was read or written (write to another file)")
             continue
         if _same_file(out, source):
             refuse("output_is_input",
