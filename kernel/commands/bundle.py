@@ -145,7 +145,9 @@ def register(app: typer.Typer) -> None:
             "certified obligation, for `kernel run`).")] = ManifestChoice.BUILTIN,
         out: Annotated[Path | None, typer.Option(
             "--out", "-o", metavar="FILE",
-            help="Write the bundle to FILE (atomically) instead of stdout ('-').")] = None,
+            help="Write the bundle to FILE instead of stdout ('-'): a regular file is "
+                 "replaced atomically, a device or FIFO written through, a symlink "
+                 "followed; FILE may not be DRAFT.")] = None,
         layout: Annotated[Layout, typer.Option(
             "--layout", help="document (one JSON document, small runs), stream (JSON Lines, "
             "any size) or auto: a document when it fits the reader's limit, else a "
