@@ -47,10 +47,13 @@ from kernel.replay import (
     ReplayAdapterOutcome,
     ReplayAdapterRefusal,
     ReplayBundle,
+    ReplayDisposition,
     ReplayRequest,
     build_replay_input,
+    examine_run,
     refuse_malformed_attempt,
     requests_from_bundle,
+    validate,
 )
 from kernel.serde import (
     MAX_DEPTH,
@@ -473,13 +476,23 @@ def outcome_line(
 # --- sealing a draft ------------------------------------------------------------------
 
 
+#: The dispositions replay reports as integrity (the input is not what the run
+#: recorded; README "Exit codes"). A sealed bundle must never yield one.
+_INTEGRITY: Final = frozenset({
+    ReplayDisposition.CANDIDATE_IDENTITY_MISMATCH, ReplayDisposition.INVALID_REPLAY_INPUT,
+})
+
+
 def seal_bundle(draft: SearchDraft, manifest: AuthorityManifest) -> ReplayBundle:
     """The sealed bundle for ``draft`` under ``manifest`` (every id computed here).
 
     Raises ``BundleSealError`` with code ``organ_not_in_manifest`` (no contract
     authority and proof policy for the draft's organ), ``original_frame_not_refused``
-    (the organ's contract accepts the original frame: nothing to replay) or
-    ``candidate_does_not_reconstruct`` (a delta that does not apply).
+    (the organ's contract accepts the original frame: nothing to replay),
+    ``candidate_does_not_reconstruct`` (a delta that does not apply) or
+    ``candidate_does_not_replay`` (replay would refuse a candidate as an
+    integrity failure: its source text differs from the problem's, its spans
+    or its frame's content do not reproduce, ...; ``_refuse_unreplayable``).
     """
     authority = manifest.contract_authorities.get(draft.candidate_organ)
     if authority is None or draft.candidate_organ not in manifest.proof_policies:
@@ -505,7 +518,40 @@ def seal_bundle(draft: SearchDraft, manifest: AuthorityManifest) -> ReplayBundle
         raise BundleSealError("candidate_does_not_reconstruct", str(exc)) from exc
     inputs = tuple(build_replay_input(chain, i, manifest)
                    for i in range(len(chain.run.candidate_attempts)))
-    return ReplayBundle(chain, inputs)
+    bundle = ReplayBundle(chain, inputs)
+    _refuse_unreplayable(bundle, draft, manifest)
+    return bundle
+
+
+def _refuse_unreplayable(bundle: ReplayBundle, draft: SearchDraft,
+                        manifest: AuthorityManifest) -> None:
+    """Raise ``BundleSealError`` (``candidate_does_not_replay``) for the first candidate
+    replay would refuse as an integrity failure.
+
+    Every check replay makes on the chain is a function of the draft alone
+    once the chain is sealed from it, so each attempt is put through replay's
+    own validation (``kernel.replay.validate``, which runs no authority); a
+    refusal there is a defect of the draft (a bug of the search process) and
+    must be reported now, not later as tampering (issue 20, finding 4).
+    Refusals that depend on the authorities (a target not allowlisted, an
+    obligation the manifest does not support) are outcomes, not defects.
+    """
+    chain = bundle.chain
+    facts = examine_run(
+        chain.run,
+        shared=(chain.problem_frame, chain.assessment, chain.gate, chain.budget, chain.residuals),
+    )
+    for index, request in enumerate(requests_from_bundle(bundle)):
+        checked = validate(request, manifest, facts=facts)
+        if isinstance(checked, ReplayAdapterRefusal) and checked.replay_disposition in _INTEGRITY:
+            candidate = draft.candidates[index]
+            reasons = ", ".join(checked.reason_codes)
+            raise BundleSealError(
+                "candidate_does_not_replay",
+                f"candidate {index} (operator {candidate.operator_id} "
+                f"{candidate.operator_version}): {reasons}: {checked.explanation}; replay "
+                f"would refuse it as {checked.replay_disposition.value}",
+            )
 
 
 # --- draft streams (what ``kernel bundle`` reads for runs of any size) -------------------

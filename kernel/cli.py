@@ -83,7 +83,7 @@ def _build_app() -> typer.Typer:
     # ones raised, so they are the ones caught here.
     from typer import _click as click
     from typer._click import exceptions as click_errors
-    from typer.core import TyperGroup
+    from typer.core import TyperArgument, TyperGroup, TyperOption
 
     def _usage_code(exc: click_errors.UsageError) -> str:
         # click's usage errors are an open hierarchy, so this is a lookup with
@@ -96,8 +96,55 @@ def _build_app() -> typer.Typer:
         )
         return next((code for kind, code in codes if isinstance(exc, kind)), "usage_error")
 
+    readable_types: Final = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT",
+                             "path": "PATH", "bool": "BOOLEAN"}
+
+    def _readable(label: str) -> str:
+        # typer's "<str>", "<path>", "<list[Path]>", "<a|b>" as click always wrote them.
+        inner = label.removeprefix("<").removesuffix(">")
+        if "|" in inner:
+            return f"[{inner}]"
+        if inner.startswith("list[") and inner.endswith("]"):
+            return f"{_readable(inner[5:-1])}..."
+        return readable_types.get(inner.lower(), inner.upper())
+
+    class ReadableArgument(TyperArgument):
+        """``NAME``, ``[NAME]``, ``NAME...`` in usage lines (typer 0.29 writes
+        ``{NAME}`` and ``{PATH...}...``); no ``<type>`` after the name in help."""
+
+        def _name(self) -> str:
+            return self.metavar if self.metavar is not None else (self.name or "").upper()
+
+        def _usage_display_name(self) -> str:
+            name = self._name()
+            if self.nargs != 1 and not name.endswith("..."):
+                name += "..."
+            return name if self.required else f"[{name}]"
+
+        def _rich_display_name(self) -> str:
+            name = self._name()
+            return name if self.nargs == 1 or name.endswith("...") else f"{name}..."
+
+        def display_type_rich(self, ctx: click.Context) -> str | None:
+            return None
+
+    class ReadableOption(TyperOption):
+        """``--job PATH``, ``--run-id TEXT``, ``--layout [auto|document|stream]``."""
+
+        def display_type_rich(self, ctx: click.Context) -> str | None:
+            if self.metavar is not None:
+                return self.metavar
+            label = _readable(self.display_type(ctx))
+            return label if self.nargs == 1 else f"{label}..."
+
     def _short_help_everywhere(command: click.Command) -> None:
         command.context_settings.setdefault("help_option_names", ["-h", "--help"])
+        for param in command.params:
+            # The same objects, shown readably: only their display methods differ.
+            if type(param) is TyperArgument:
+                param.__class__ = ReadableArgument
+            elif type(param) is TyperOption:
+                param.__class__ = ReadableOption
         for sub in getattr(command, "commands", {}).values():
             _short_help_everywhere(sub)
 
@@ -154,6 +201,12 @@ def _build_app() -> typer.Typer:
             try:
                 value = super().main(*args, **kwargs)
                 code = value if isinstance(value, int) else 0
+            except click_errors.NoArgsIsHelpError as exc:
+                # ``kernel`` (or ``kernel check``) alone: the usage help as
+                # help is printed, on stderr as click does, exit 2; not one
+                # flattened ``error: usage_error:`` line.
+                click.echo(exc.ctx.get_help(), err=True)
+                code = 2
             except click_errors.UsageError as exc:
                 message = " ".join(exc.format_message().split())
                 click.echo(f"error: {_usage_code(exc)}: {message}", err=True)

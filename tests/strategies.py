@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from kernel.drafts import DraftCandidate, DraftDelta, SearchDraft
 from kernel.frames import (
     Binding,
     FrameDelta,
@@ -123,3 +124,43 @@ def chains(draw: st.DrawFn) -> SearchChain:
     return build_chain(
         frame, assessment, drafts, operator_set_id=draw(names), operator_set_version=draw(names)
     )
+
+
+@st.composite
+def search_drafts(draw: st.DrawFn) -> SearchDraft:
+    """A draft as a search process might write one, defects included.
+
+    Each candidate is a whole frame or a delta over the problem frame; a whole
+    frame's source text is usually the problem's, sometimes one character
+    longer or shorter, sometimes any text (spans always inside its own text,
+    as frames require). The organ is the shipped ``arithmetic`` organ, so the
+    built-in manifests can seal it when its contract refuses the problem.
+    """
+    frame = draw(problem_frames)
+    candidates = []
+    for _ in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            text = draw(st.sampled_from(["same", "longer", "shorter", "any"]))
+            source = {
+                "same": frame.source_text,
+                "longer": frame.source_text + draw(st.characters(exclude_categories=["Cs"])),
+                "shorter": frame.source_text[:-1],
+                "any": draw(texts),
+            }[text]
+            limit = len(source)
+            whole = ProblemFrame(
+                source,
+                tuple(draw(st.lists(bindings_within(limit), max_size=4))),
+                tuple(draw(st.lists(relations, max_size=3))),
+                tuple(draw(st.lists(targets, max_size=2))),
+                draw(span_tuples_within(limit)),
+            )
+            candidates.append(DraftCandidate(draw(names), draw(names), whole, None))
+        else:
+            delta = draw(frame_deltas(frame))
+            candidates.append(DraftCandidate(draw(names), draw(names), None, DraftDelta(
+                delta.removed_bindings, delta.added_bindings, delta.removed_relations,
+                delta.added_relations, delta.removed_targets, delta.added_targets,
+                delta.evidence_spans,
+            )))
+    return SearchDraft(frame, "arithmetic", draw(names), draw(names), tuple(candidates))

@@ -266,7 +266,8 @@ def test_a_public_key_is_not_a_signing_key(
     os.chmod(pem, 0o600)
     done = kernel("attest", work_dir, "--key", pem, "--outcomes", outcomes)
     assert done.returncode == 2
-    assert done.stderr.startswith("error: key_malformed: ")
+    # Named for what it is (issue 20), not only "not an unencrypted PEM key".
+    assert done.stderr.startswith("error: key_not_private: ")
 
 
 def test_an_external_run_directory_is_attested_with_its_status(

@@ -43,8 +43,8 @@ def test_public_api_is_exact_and_alphabetical() -> None:
         "RunRecordError", "Stage", "Status", "StepLimits", "StepView", "Verdict",
         "available_level", "check_identity",
         "default_environment", "expand_argv", "identity_object", "job_digest_of", "load_job",
-        "load_manifest", "parse_manifest", "pin_closure", "read_run_metadata", "reason_for",
-        "recorded_expectation", "replay_run",
+        "load_manifest", "parse_manifest", "pin_closure", "read_job", "read_run_metadata",
+        "reason_for", "recorded_expectation", "replay_run",
         "run_check", "run_process", "seal_job", "validate_receipt",
     ]  # fmt: skip
     for name in external.__all__:

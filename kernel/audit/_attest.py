@@ -107,7 +107,7 @@ def _crypto() -> None:
     except ImportError as exc:  # the attest extra is not installed
         raise AttestationError(
             "attest_unavailable",
-            "the cryptography package is missing: pip install 'replay-kernel[attest]'",
+            "the cryptography package is missing: pip install 'failclosed-replay[attest]'",
         ) from exc
 
 

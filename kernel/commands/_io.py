@@ -1,14 +1,32 @@
 """Boundary helpers shared by the commands: read strictly, write safely, refuse in one line.
 
 ``-`` names stdin wherever a command reads a path and stdout wherever it
-writes one. Files are written atomically (a temporary file renamed into
-place) with the mode the user's umask gives (``0666 & ~umask``), unless the
-caller says they hold secrets (``0600``).
+writes one. A FIFO or pipe named as an input (``<(cat bundle.json)``) is read
+as a stream, like stdin, within the same size limits; a device or directory
+is refused.
+
+Outputs never destroy what they point at (adr/0013, "Outputs"):
+
+- nothing there, or a regular file: written atomically (a temporary file in
+  the same directory renamed into place) with the mode the user's umask
+  gives (``0666 & ~umask``), unless the caller says they hold secrets
+  (``0600``);
+- a symlink is followed: the rules apply to what it points at, and the link
+  itself is never replaced;
+- a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named
+  pipe) is written through, never replaced: there is nothing to make atomic;
+- anything else (a directory, a block device, a socket) is refused
+  (``output_not_writable``, exit 2);
+- an output that is one of the command's inputs (the same file by device and
+  inode, or by real path) is refused before anything runs
+  (``output_is_input``, exit 2).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -22,7 +40,7 @@ from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, loads
 
 T = TypeVar("T")
 STDIO = "-"
-_stdin_bytes: dict[int, bytes] = {}
+_stream_bytes: dict[tuple[str, int], bytes] = {}
 
 
 def refuse(code: str, message: str, *, exit_code: int = 2) -> NoReturn:
@@ -50,27 +68,47 @@ def refuse_stdio(**paths: Path | None) -> None:
                    f"{label}: '-' (stdin/stdout) is not accepted here; name the file or directory")
 
 
+def is_stream(path: Path) -> bool:
+    """``-`` (stdin) or a FIFO/pipe (``<(cat file)``): read once, front to back."""
+    if is_stdio(path):
+        return True
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def open_input(path: Path) -> BinaryIO:
-    """A binary handle on ``path`` (``-``: stdin); a device, FIFO or directory is refused."""
+    """A binary handle on ``path`` (``-``: stdin); a device or directory is refused.
+
+    A FIFO or pipe (``kernel replay <(cat bundle.json)``) is read as a stream,
+    as stdin is: every reader bounds what it reads, so a stream can never
+    exhaust memory. A device (``/dev/zero``) is refused: it never ends.
+    """
     if is_stdio(path):
         return sys.stdin.buffer
     try:
-        if path.exists() and not path.is_file():
+        if path.exists() and not (path.is_file() or is_stream(path)):
             refuse("not_a_regular_file", f"{path}: not a regular file")
         return path.open("rb")
     except OSError as exc:
         refuse("unreadable_file", f"{path}: {exc.strerror or exc}")
+    except ValueError as exc:  # a NUL in the path
+        refuse("unreadable_file", f"{path}: {exc}")
 
 
 def read_bounded(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
-    """The bytes of a regular file (or stdin) of at most ``limit``; else a refusal.
+    """The bytes of a regular file, stdin or a FIFO of at most ``limit``; else a refusal.
 
-    Reads at most one byte past the limit, so a device or FIFO (``/dev/zero``)
-    or a file growing while read can never exhaust memory or hang the reader.
-    Stdin is read once and remembered, so a command may read it twice.
+    Reads at most one byte past the limit, so a FIFO fed without end or a
+    file growing while read can never exhaust memory or hang the reader.
+    Stdin and FIFOs are read once and remembered, so a command may read them
+    twice (a FIFO cannot be opened again for the same bytes).
     """
-    if is_stdio(path) and limit in _stdin_bytes:
-        return _stdin_bytes[limit]
+    key = (str(path), limit)
+    stream = is_stream(path)
+    if stream and key in _stream_bytes:
+        return _stream_bytes[key]
     handle = open_input(path)
     try:
         data = handle.read(limit + 1)
@@ -81,8 +119,8 @@ def read_bounded(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
             handle.close()
     if len(data) > limit:
         refuse("document_too_large", f"{path}: more than {limit} bytes")
-    if is_stdio(path):
-        _stdin_bytes[limit] = data
+    if stream:
+        _stream_bytes[key] = data
     return data
 
 
@@ -92,7 +130,7 @@ def refuse_a_stream(path: Path, hint: str) -> None:
     Without it a stream is refused as malformed JSON ("Extra data") or, past
     the document limit, as too large: true, but no help to whoever holds one.
     """
-    if is_stdio(path):
+    if is_stream(path):  # read once: the bytes are remembered for the real read
         first = read_bounded(path).split(b"\n", 1)[0]
     else:
         handle = open_input(path)
@@ -144,28 +182,113 @@ def _umask() -> int:
     return mask
 
 
-class OutputFile:
-    """Bytes written to ``path`` as they come and renamed into place on ``commit``.
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same device and inode, or real path."""
+    try:
+        first, second = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        try:
+            return os.path.realpath(a) == os.path.realpath(b)
+        except (OSError, ValueError):
+            return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
 
-    ``-`` writes to stdout directly. Until ``commit`` a reader sees the old
-    file or none; ``discard`` (or leaving the ``with`` block by an exception)
-    removes the partial file. Mode: ``0666 & ~umask``, or ``0600`` for secrets.
+
+def _stdin_is(path: Path) -> bool:
+    """Whether stdin is redirected from the regular file ``path`` names."""
+    try:
+        given, named = os.fstat(sys.stdin.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISREG(given.st_mode) and (given.st_dev, given.st_ino) == (
+        named.st_dev, named.st_ino)
+
+
+def refuse_output_is_input(out: Path | None, *inputs: Path | None, label: str = "--out") -> None:
+    """Refuse (exit 2, ``output_is_input``) an output that names one of the inputs.
+
+    Called before anything is read or run: ``kernel replay same.json -o
+    same.json`` used to replace its own input with its outcomes. A hard link
+    or a symlink to the input is the same file (device and inode); ``-`` as
+    the input is stdin, the same file when it is redirected from the output
+    (``< b.json``); stdout (``-``) as the output is never the same file.
+    """
+    if out is None or is_stdio(out):
+        return
+    for source in inputs:
+        if source is None:
+            continue
+        if is_stdio(source):
+            if _stdin_is(out):  # kernel replay - -o b.json < b.json
+                refuse("output_is_input",
+                       f"{label} {out}: is the file on stdin, which this command reads; "
+                       "nothing was read or written (write to another file)")
+            continue
+        if _same_file(out, source):
+            refuse("output_is_input",
+                   f"{label} {out}: is {source}, which this command reads; nothing was "
+                   "read or written (write to another file)")
+
+
+class OutputFile:
+    """Bytes written to ``path`` as they come, in place on ``commit``; never destroying.
+
+    What ``path`` is decides how it is written (the module's rules):
+
+    - ``-``: stdout directly;
+    - absent, or a regular file: a temporary file in the same directory,
+      renamed over it on ``commit``. Until then a reader sees the old file or
+      none; ``discard`` (or leaving the ``with`` block by an exception)
+      removes the partial file. Mode ``0666 & ~umask``, or ``0600`` for secrets;
+    - a symlink: followed, and the rules apply to its target (the link stays);
+    - a character device or FIFO: opened and written through (``/dev/null``
+      stays a device, a FIFO's reader gets the bytes); what was written before
+      an error cannot be taken back, as with stdout;
+    - anything else: refused (``output_not_writable``, exit 2).
     """
 
     def __init__(self, path: Path, *, secret: bool = False) -> None:
         self.path = path
         self._stdout = is_stdio(path)
+        self._through = False
         self._tmp: str | None = None
+        self._target = path
         if self._stdout:
             self._handle: BinaryIO = sys.stdout.buffer
             return
-        directory = path.parent if str(path.parent) else Path(".")
         try:
-            fd, self._tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+            mode: int | None = os.stat(path).st_mode  # through any symlink
+        except FileNotFoundError:
+            mode = None
+        except (OSError, ValueError) as exc:
+            refuse("unwritable_output", f"{path}: {getattr(exc, 'strerror', None) or exc}")
+        if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+            # Opened by the name given: /dev/stdout -> /proc/self/fd/1 -> a
+            # pipe has no real path to open.
+            self._open_through()
+            return
+        # A symlink is followed to what it points at (or would point at).
+        self._target = Path(os.path.realpath(path))
+        if mode is not None and not stat.S_ISREG(mode):
+            refuse("output_not_writable",
+                   f"{path}: not a regular file, character device or FIFO; not replaced")
+        directory = self._target.parent
+        try:
+            fd, self._tmp = tempfile.mkstemp(prefix=f".{self._target.name}.", dir=directory)
         except OSError as exc:
             refuse("unwritable_output", f"{path}: {exc.strerror or exc}")
         if not secret:
             os.fchmod(fd, 0o666 & ~_umask())
+        self._handle = os.fdopen(fd, "wb")
+
+    def _open_through(self) -> None:
+        # No O_CREAT, no O_TRUNC: the device or FIFO is used, never made anew.
+        # Opening a FIFO waits for its reader, as the shell's ``>`` does.
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOCTTY)
+        except OSError as exc:
+            refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")
+        self._through = True
         self._handle = os.fdopen(fd, "wb")
 
     def write(self, data: bytes) -> None:
@@ -184,19 +307,30 @@ class OutputFile:
         if self._stdout:
             self._handle.flush()
             return
+        if self._through:
+            try:
+                self._handle.close()  # flushes; a device or FIFO has nothing to fsync
+            except OSError as exc:
+                refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")
+            self._through = False
+            return
         if self._tmp is None:
             return
         try:
             self._handle.flush()
             os.fsync(self._handle.fileno())
             self._handle.close()
-            os.replace(self._tmp, self.path)
+            os.replace(self._tmp, self._target)
         except OSError as exc:
             self.discard()
             refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")
         self._tmp = None
 
     def discard(self) -> None:
+        if self._through:
+            self._through = False
+            with contextlib.suppress(OSError):  # the reader left; nothing to undo
+                self._handle.close()
         if self._tmp is not None:
             self._handle.close()
             Path(self._tmp).unlink(missing_ok=True)
@@ -210,7 +344,8 @@ class OutputFile:
 
 
 def write_atomically(path: Path, data: bytes, *, secret: bool = False) -> None:
-    """Replace ``path`` with ``data`` so a reader never sees a partial file (``-``: stdout)."""
+    """Write ``data`` to ``path`` by ``OutputFile``'s rules: a regular file is replaced
+    atomically, a device or FIFO written through, a symlink followed (``-``: stdout)."""
     with OutputFile(path, secret=secret) as out:
         out.write(data)
         out.commit()

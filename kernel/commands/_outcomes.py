@@ -308,7 +308,8 @@ def stream_error(path: Path, exc: BundleStreamError) -> None:
 
 OutOption = Annotated[Path | None, typer.Option(
     "--out", "-o", metavar="FILE",
-    help="Write the outcome lines (JSON Lines, run order) to FILE, atomically; "
+    help="Write the outcome lines (JSON Lines, run order) to FILE (a regular file "
+         "atomically, a device or FIFO written through, never the bundle itself); "
          "'-' for stdout (same as --format jsonl).")]
 FormatOption = Annotated[OutputFormat | None, typer.Option(
     "--format", "-f",

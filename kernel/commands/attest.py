@@ -102,6 +102,30 @@ def _outcome(line: bytes) -> ReplayAdapterOutcome:
         refuse("outcomes_unreadable", f"an audited outcome does not read back: {exc}")
 
 
+_PUBLIC_PEM = b"-----BEGIN PUBLIC KEY-----"
+
+
+def _refuse_a_public_key(key: Path) -> None:
+    """Refuse a public key given as ``--key`` for what it is (``key_not_private``, exit 2).
+
+    A public key file is readable by others (its mode is the umask's), so it
+    was refused as ``key_file_too_open``: true of the file, no help to whoever
+    passed the wrong half of the pair. Only the PEM label is looked at.
+    """
+    if not key.is_file():
+        return  # load_private_key says what it is
+    try:
+        with key.open("rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return
+    if head.lstrip().startswith(_PUBLIC_PEM):
+        refuse("key_not_private",
+               f"{key}: a public key, not a private key; --key takes the private key "
+               "(kernel attest-keygen PRIVATE_PEM PUBLIC_PEM wrote both; the public one "
+               "is for kernel audit --verify-key)")
+
+
 def register(app: typer.Typer) -> None:
     """Attach the ``attest`` and ``attest-keygen`` commands to ``app``."""
 
@@ -133,6 +157,7 @@ def register(app: typer.Typer) -> None:
             refuse_a_stream(bundle, "kernel attest --bundle reads a single-document bundle "
                             "(kernel bundle --layout document writes one)")
             loaded = read_document(bundle, ReplayBundle)
+        _refuse_a_public_key(key)
         try:
             private_key = load_private_key(key)
             target = attest_run(

@@ -17,7 +17,9 @@ Exit codes:
 - 0: the bundle was written;
 - 1: the draft cannot become a replay bundle (its organ has no contract
   authority in the manifest, the organ's contract accepts the original frame
-  so there is nothing to replay, or a delta does not apply to it);
+  so there is nothing to replay, a delta does not apply to it, or replay
+  would refuse a candidate as an integrity failure: ``candidate_does_not_replay``
+  names the candidate and replay's reason); nothing is written;
 - 2: the draft was refused at the boundary (unreadable, malformed JSON,
   schema mismatch).
 """
@@ -45,7 +47,13 @@ from kernel.bundles import (
     read_draft_stream,
     seal_bundle,
 )
-from kernel.commands._io import OutputFile, bounded_lines, open_input, refuse
+from kernel.commands._io import (
+    OutputFile,
+    bounded_lines,
+    open_input,
+    refuse,
+    refuse_output_is_input,
+)
 from kernel.drafts import SearchDraft
 from kernel.organs import BUILTIN_MANIFEST, CERTIFIED_MANIFEST
 from kernel.replay import AuthorityManifest
@@ -137,7 +145,9 @@ def register(app: typer.Typer) -> None:
             "certified obligation, for `kernel run`).")] = ManifestChoice.BUILTIN,
         out: Annotated[Path | None, typer.Option(
             "--out", "-o", metavar="FILE",
-            help="Write the bundle to FILE (atomically) instead of stdout ('-').")] = None,
+            help="Write the bundle to FILE instead of stdout ('-'): a regular file is "
+                 "replaced atomically, a device or FIFO written through, a symlink "
+                 "followed; FILE may not be DRAFT.")] = None,
         layout: Annotated[Layout, typer.Option(
             "--layout", help="document (one JSON document, small runs), stream (JSON Lines, "
             "any size) or auto: a document when it fits the reader's limit, else a "
@@ -154,13 +164,20 @@ def register(app: typer.Typer) -> None:
         limits kernel replay and kernel run read with (kernel.bundles.BUNDLE_LIMITS):
         nothing is written that they would refuse.
 
+        Every attempt is put through replay's own checks before anything is
+        written: a bundle this command writes never replays as an integrity
+        failure (a candidate whose source text differs from the problem's is
+        refused here, candidate_does_not_replay, naming the candidate).
+
         Exit codes: 0 bundle written; 1 the draft cannot become a bundle (organ
         not in the manifest, original frame not refused, a delta that does not
-        apply, a document or line over the limits); 2 usage error or draft
-        refused at the boundary. Nothing is written unless the whole bundle is.
+        apply, a candidate replay would refuse, a document or line over the
+        limits); 2 usage error or draft refused at the boundary. Nothing is
+        written unless the whole bundle is.
 
         Example: kernel bundle draft.json -o bundle.json
         """
+        refuse_output_is_input(out, draft_path)
         with _progress(not quiet and sys.stderr.isatty()) as progress:
             draft = _read_draft(draft_path)
             progress("sealing", None, None)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import secrets
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,8 +33,8 @@ from typing import Annotated, NoReturn
 import typer
 
 from kernel.commands import check_pins
+from kernel.commands._io import is_stdio, refuse_stdio
 from kernel.commands._io import refuse as _refuse
-from kernel.commands._io import refuse_stdio
 from kernel.external import (
     Cancellation,
     ContainmentLevel,
@@ -46,6 +47,7 @@ from kernel.external import (
     default_environment,
     load_job,
     load_manifest,
+    read_job,
     replay_run,
     run_check,
 )
@@ -180,7 +182,8 @@ def _guard(action: Callable[[], None]) -> None:
 def run_command(
     manifest: Annotated[Path, typer.Argument(help="The accepted external manifest (JSON).")],
     check_id: Annotated[str, typer.Argument(help="The approved check to run.")],
-    job: Annotated[Path, typer.Option("--job", help="The job file (JSON, sealed digest).")],
+    job: Annotated[Path, typer.Option(
+        "--job", metavar="FILE", help="The job file (JSON, sealed digest); '-' for stdin.")],
     run_root: Annotated[
         Path, typer.Option("--run-root", help="Folder that receives the fresh run directory.")
     ],
@@ -209,13 +212,14 @@ def run_command(
     Example: kernel check run manifest.json CHECK_ID --job job.json --run-root runs
     """
 
-    refuse_stdio(MANIFEST=manifest, job=job, run_root=run_root, repo=repo)
+    refuse_stdio(MANIFEST=manifest, run_root=run_root, repo=repo)
 
     def action() -> None:
         limits = _limits(producer_timeout, checker_timeout, artifact_limit, evidence_limit)
         root = repo if repo is not None else manifest.resolve().parent
         entry = load_manifest(manifest, repository_root=root).entry(check_id)
-        job_value = load_job(job)
+        # '-': the job from stdin, as wherever the kernel reads a document.
+        job_value = read_job(sys.stdin.buffer, "<stdin>") if is_stdio(job) else load_job(job)
         with _cancel_on_signals() as cancel:
             outcome = run_check(
                 entry,

@@ -28,7 +28,7 @@ from typing import Annotated, assert_never
 import typer
 
 from kernel.bundles import BundleStreamError, ReadyAttempt, RefusedAttempt, outcome_line
-from kernel.commands._io import is_stdio
+from kernel.commands._io import is_stdio, refuse_output_is_input
 from kernel.commands._outcomes import (
     Emitter,
     FailOnOption,
@@ -111,6 +111,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on)
+        refuse_output_is_input(out, bundle_path)
         total, _, attempts = open_bundle(bundle_path)
         manifest = builtin_manifest()
         # The run is examined once and its facts reused while consecutive

@@ -47,7 +47,7 @@ import typer
 
 from kernel.audit import BUNDLE_COPY, BUNDLE_STREAM_COPY, StoredCertifications
 from kernel.bundles import BundleStreamError, ReadyAttempt, outcome_line
-from kernel.commands._io import refuse
+from kernel.commands._io import refuse, refuse_output_is_input
 from kernel.commands._outcomes import (
     Attempt,
     BundleCopy,
@@ -219,6 +219,22 @@ class _NoteHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         typer.echo(f"note: {record.getMessage()}", err=True)
+
+
+def _check_utf8_work_dir(work_dir: Path) -> None:
+    """Refuse a work directory whose path is not UTF-8 (exit 2), before anything runs.
+
+    The attempts' records name their files by path in canonical JSON, which
+    is UTF-8 only: such a run used to start and then fail every
+    certification (exit 1) instead of refusing at the boundary.
+    """
+    raw = os.fsencode(work_dir.absolute())
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        refuse("work_dir_not_utf8",
+               f"--work-dir {raw!r}: the path is not UTF-8, and the run's records name "
+               "their files in UTF-8; choose another directory name")
 
 
 def _check_fresh_work_dir(work_dir: Path) -> None:
@@ -396,11 +412,13 @@ def register(app: typer.Typer) -> None:
             "--connect-timeout", metavar="SECONDS",
             help="How long to try reaching --scheduler before refusing.")] = 10.0,
     ) -> None:
+        _check_utf8_work_dir(work_dir)
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on, (FailOn.UNAVAILABLE,))
         if not deadline > 0:
             refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
         spec = _executor_spec(executor, workers, scheduler, connect_timeout)
+        refuse_output_is_input(out, bundle_path, work_dir / OUTCOMES_FILE)
         copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)
         total, identity, attempts = open_bundle(bundle_path, copy)
         recorded: list[bytes] = []

@@ -15,7 +15,7 @@ and ``kernel.serde``; nothing pure imports it.
 from kernel.external._closure import ClosureError, PinClosure, pin_closure
 from kernel.external._contain import ContainmentLevel, available_level
 from kernel.external._identity import CheckIdentity, check_identity, identity_object
-from kernel.external._job import Job, job_digest_of, load_job, seal_job
+from kernel.external._job import Job, job_digest_of, load_job, read_job, seal_job
 from kernel.external._manifest import (
     PLACEHOLDERS,
     CheckEntry,
@@ -118,6 +118,7 @@ __all__ = [
     "load_manifest",
     "parse_manifest",
     "pin_closure",
+    "read_job",
     "read_run_metadata",
     "reason_for",
     "recorded_expectation",

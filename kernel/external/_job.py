@@ -11,7 +11,7 @@ Rules:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final, final
+from typing import BinaryIO, Final, final
 
 import attrs
 
@@ -21,7 +21,7 @@ from kernel.external.errors import JobError, ManifestError
 from kernel.identity import digest
 from kernel.serde import SerdeError, loads, unstructure
 
-__all__ = ["JOB_SCHEMA_VERSION", "Job", "job_digest_of", "load_job", "seal_job"]
+__all__ = ["JOB_SCHEMA_VERSION", "Job", "job_digest_of", "load_job", "read_job", "seal_job"]
 
 JOB_SCHEMA_VERSION: Final = 1
 MAX_JOB_BYTES: Final = 1024 * 1024
@@ -72,7 +72,24 @@ def load_job(path: Path) -> Job:
         data = read_capped(path, MAX_JOB_BYTES, follow_symlinks=True)
     except OSError as exc:  # also a FIFO, device or directory: refused, never read
         raise JobError("job_unreadable", f"{path}: {exc.strerror or exc}") from exc
+    return _structure_job(data, str(path))
+
+
+def read_job(stream: BinaryIO, source: str) -> Job:
+    """A job read from a stream (``kernel check run --job -``: stdin); raises ``JobError``.
+
+    Reads at most one byte past ``MAX_JOB_BYTES``, so an endless stream is
+    refused as too large; ``source`` names the stream in errors.
+    """
+    try:
+        data = stream.read(MAX_JOB_BYTES + 1)
+    except OSError as exc:
+        raise JobError("job_unreadable", f"{source}: {exc.strerror or exc}") from exc
+    return _structure_job(data, source)
+
+
+def _structure_job(data: bytes, source: str) -> Job:
     try:
         return loads(data, Job, max_bytes=MAX_JOB_BYTES)
     except SerdeError as exc:
-        raise JobError(f"job_{exc.code}", f"{exc.path}: {exc.message}") from exc
+        raise JobError(f"job_{exc.code}", f"{source}: {exc.path}: {exc.message}") from exc

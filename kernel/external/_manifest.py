@@ -345,8 +345,8 @@ def load_manifest(path: Path, *, repository_root: Path) -> Manifest:
         raise ManifestError("manifest_unreadable", f"{path}: {exc.strerror or exc}") from exc
     try:
         value = parse_json(data, max_bytes=MAX_MANIFEST_BYTES)
-    except SerdeError as exc:
-        raise ManifestError(f"manifest_{exc.code}", exc.message) from exc
+    except SerdeError as exc:  # the message names the file (it did not: issue 20)
+        raise ManifestError(f"manifest_{exc.code}", f"{path}: {exc.message}") from exc
     manifest = parse_manifest(value)
     root = Path(os.path.realpath(repository_root))
     if not root.is_dir():

@@ -258,7 +258,7 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
     except ImportError as exc:
         raise ExecutorSetupError(
             "executor_unavailable",
-            f"dask distributed is not installed ({exc}); install replay-kernel[scale]",
+            f"dask distributed is not installed ({exc}); pip install 'failclosed-replay[scale]'",
         ) from exc
     with contextlib.ExitStack() as stack:
         if spec.scheduler is None:

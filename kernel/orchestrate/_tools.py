@@ -89,10 +89,18 @@ class CertifierTools:
     system_libraries: tuple[str, ...] = attrs.field(default=(), validator=_absolutes)
 
 
+#: How to get the pair: the distribution's ``certify`` extra installs both.
+_CERTIFY_HINT: Final = (
+    "z3 and cvc5 come with the certify extra: pip install 'failclosed-replay[certify]'"
+)
+
+
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise CertifierSetupError("tool_missing", f"python package {name!r} is not installed")
+        raise CertifierSetupError(
+            "tool_missing", f"python package {name!r} is not installed ({_CERTIFY_HINT})"
+        )
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
@@ -126,7 +134,7 @@ def discover_tools(python: Path) -> CertifierTools:
     z3 = interpreter.parent / "z3"
     if not z3.is_file():
         raise CertifierSetupError(
-            "tool_missing", f"no z3 binary next to {interpreter} (pip install z3-solver)"
+            "tool_missing", f"no z3 binary next to {interpreter} ({_CERTIFY_HINT})"
         )
     package = _package_dir("cvc5")
     libs = package.parent / "cvc5.libs"
