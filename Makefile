@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test lint typecheck unit demo fuzz clean package node sandbox-tools vectors schemas
+.PHONY: help venv test lint typecheck unit demo interrupts fuzz clean package node sandbox-tools vectors schemas
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -86,6 +86,9 @@ demo: $(STAMP) sandbox-tools  ## the reference scenario and the main job (kernel
 	@echo '                 out/marbles-outcomes.jsonl, out/marbles-run-outcomes.jsonl (certification runs: runs/marbles/)'
 	@echo '  tampered runs  the tampered attempt caught (candidate_identity_mismatch, exit 3), the others classified:'
 	@echo '                 out/outcomes.jsonl, out/e2e-outcomes.jsonl (certification runs: runs/e2e/)'
+
+interrupts: $(STAMP) sandbox-tools  ## SIGINT/SIGTERM to kernel run on a pool and on Dask, 40 tries each at varied moments
+	KERNEL_INTERRUPT_TRIES=$${KERNEL_INTERRUPT_TRIES:-40} $(BIN)/pytest -q -p no:cacheprovider tests/test_cli_interrupts.py
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep"; the checker tests widen their corpora)
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider
