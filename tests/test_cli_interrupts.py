@@ -106,7 +106,7 @@ def _try_once(tmp_path: Path, bundle: Path, reference: bytes, executor: str, att
         else:
             process.send_signal(signum)
         try:
-            stdout, stderr = process.communicate(timeout=BOUND)
+            _, stderr = process.communicate(timeout=BOUND)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{executor} try {attempt} ({signum.name} after {delay}s) "
                                  f"did not exit within {BOUND}s") from None
