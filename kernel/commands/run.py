@@ -64,7 +64,7 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
-from kernel.commands._signals import Terminated, interruption
+from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
@@ -208,8 +208,9 @@ def _signals_as_interrupts() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         nonlocal fired
         if not fired:
-            fired = True
-            raise Terminated
+            if not fragile_frame(frame):
+                fired = True
+            raise_interrupt(signum, frame, Terminated)
 
     try:
         previous = signal.signal(signal.SIGTERM, handler)

@@ -71,6 +71,7 @@ __all__ = [
 MAX_WORKERS: Final = 1024
 _DEFAULT_CONNECT_SECONDS: Final = 10.0
 _STOP_SECONDS: Final = 4.0  # after an interrupt: SIGTERM, then this long, then SIGKILL
+_KILL_SECONDS: Final = 2.0  # then this long for the killed to be gone (SIGKILL is not ignored)
 # A local Dask cluster's close: each nanny asks its worker to stop, waits 4 s,
 # then kills it; past this bound the workers are killed here.
 _CLOSE_SECONDS: Final = 20.0
@@ -257,7 +258,11 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """
     processes: object = getattr(pool, "_processes", None)
     workers = list(processes.values()) if isinstance(processes, dict) else []
-    pids = [pid for pid in (getattr(p, "pid", None) for p in workers) if isinstance(pid, int)]
+    # A worker whose start the interrupt cut short is not in the pool's table
+    # yet, but is a child that multiprocessing's exit would wait for: it too.
+    workers += multiprocessing.active_children()
+    pids = sorted({pid for pid in (getattr(p, "pid", None) for p in workers)
+                   if isinstance(pid, int)})
     manager: object = getattr(pool, "_executor_manager_thread", None)
     with _second_interrupts_ignored():
         pool.shutdown(wait=False, cancel_futures=True)
@@ -265,9 +270,9 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
             _kill(pid, signal.SIGTERM)
         for pid in _wait_gone(pids, _STOP_SECONDS):
             _kill(pid, signal.SIGKILL)
-        _wait_gone(pids, _STOP_SECONDS)
+        _wait_gone(pids, _KILL_SECONDS)
         if isinstance(manager, threading.Thread):
-            manager.join(_STOP_SECONDS)  # it reaps the workers; bounded, never hangs the exit
+            manager.join(_KILL_SECONDS)  # it reaps the workers; bounded, never hangs the exit
 
 
 def _kill(pid: int, signum: signal.Signals) -> None:
@@ -332,7 +337,7 @@ def _close_cluster(cluster: Any, seconds: float = _CLOSE_SECONDS) -> None:
         cluster.close(timeout=seconds)
     for pid in _alive_children(pids):
         _kill(pid, signal.SIGKILL)
-    _wait_gone(pids, _STOP_SECONDS)
+    _wait_gone(pids, _KILL_SECONDS)
     with contextlib.suppress(Exception):  # closed or not, Dask's exit-time close must skip it
         from distributed.deploy.spec import SpecCluster
 
@@ -423,7 +428,7 @@ def _abandon_cluster_start(before: set[int]) -> None:
     started = [pid for pid in _live_children() if pid not in before]
     for pid in started:
         _kill(pid, signal.SIGKILL)
-    _wait_gone(started, _STOP_SECONDS)
+    _wait_gone(started, _KILL_SECONDS)
 
 
 def _live_children() -> list[int]:
