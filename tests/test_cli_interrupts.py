@@ -45,7 +45,9 @@ BOUND = 10.0  # seconds from the signal to the exit (issue 20, deliverable 2)
 TRIES = int(os.environ.get("KERNEL_INTERRUPT_TRIES", "0") or 0) or 5
 # Varied moments: the pool or cluster starting, mid-certification, late. (Not before the
 # interpreter has imported the command line: a Ctrl-C in its first ~0.3 s is Python's own.)
-DELAYS = (0.7, 1.0, 1.5, 2.2, 3.0, 1.2, 1.8, 2.6, 4.0, 0.9)
+# A negative delay counts from the moment the first certification has started (its
+# attempt directory exists), so that every executor is also stopped mid-check.
+DELAYS = (-0.1, 1.0, 0.7, -0.5, 2.2, -1.0, 3.0, -0.2, 1.5, -1.5)
 EXECUTORS = {
     "process": ("--executor", "process", "--workers", "2"),
     "dask": ("--executor", "dask", "--workers", "2"),
@@ -83,6 +85,14 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     return bundle, whole.stdout
 
 
+def _wait_for_a_certification(process: subprocess.Popen[bytes], work: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not (work.is_dir() and any(len(p.name) == 64 for p in work.iterdir())):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no certification started"
+        time.sleep(0.02)
+
+
 def _try_once(tmp_path: Path, bundle: Path, reference: bytes, executor: str, attempt: int,
               ) -> str:
     """One run, signalled once; returns what happened (for the message of a failure)."""
@@ -99,7 +109,9 @@ def _try_once(tmp_path: Path, bundle: Path, reference: bytes, executor: str, att
         cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
-        time.sleep(delay)
+        if delay < 0:
+            _wait_for_a_certification(process, work)
+        time.sleep(abs(delay))
         sent = time.monotonic()
         if terminal:
             os.killpg(process.pid, signum)
