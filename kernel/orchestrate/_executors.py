@@ -245,7 +245,7 @@ def _wait_gone(pids: list[int], seconds: float) -> list[int]:
     return alive
 
 
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
+def _stop_pool(pool: ProcessPoolExecutor, others: frozenset[int] = frozenset()) -> None:
     """Cancel queued tasks and stop running ones now, rather than wait for their deadlines.
 
     The pool keeps its workers and its manager thread in private attributes
@@ -259,8 +259,9 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     processes: object = getattr(pool, "_processes", None)
     workers = list(processes.values()) if isinstance(processes, dict) else []
     # A worker whose start the interrupt cut short is not in the pool's table
-    # yet, but is a child that multiprocessing's exit would wait for: it too.
-    workers += multiprocessing.active_children()
+    # yet, but is a child that multiprocessing's exit would wait for: it too
+    # (``others``: the children this process had before the pool, not its own).
+    workers += [p for p in multiprocessing.active_children() if p.pid not in others]
     pids = sorted({pid for pid in (getattr(p, "pid", None) for p in workers)
                    if isinstance(pid, int)})
     manager: object = getattr(pool, "_executor_manager_thread", None)
@@ -282,6 +283,9 @@ def _kill(pid: int, signum: signal.Signals) -> None:
 
 @contextlib.contextmanager
 def _process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    others = frozenset(
+        pid for pid in (p.pid for p in multiprocessing.active_children()) if pid is not None
+    )
     pool = _Pool(
         max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
         initializer=_pool_worker_signals,
@@ -289,7 +293,7 @@ def _process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     try:
         yield pool
     except BaseException:
-        _stop_pool(pool)
+        _stop_pool(pool, others)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # a no-op after _stop_pool
