@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test lint typecheck unit demo fuzz clean package node sandbox-tools vectors schemas
+.PHONY: help venv test lint typecheck unit demo interrupts fuzz clean package node sandbox-tools vectors schemas
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -67,16 +67,28 @@ demo: $(STAMP) sandbox-tools  ## the reference scenario and the main job (kernel
 	$(BIN)/python examples/build_example_chain.py --check
 	$(BIN)/kernel digest examples/replay/chain.json
 	mkdir -p out
-	# Each example holds one tampered attempt on purpose: the verdict is
-	# integrity (exit 3, README "Exit codes"); any other exit fails the demo.
-	$(BIN)/kernel replay examples/replay/bundle.json --out out/outcomes.jsonl; \
-	  test $$? -eq 3
-	@echo "outcomes (JSON Lines, run order): out/outcomes.jsonl"
+	@echo; echo '== 1. an honest run (kernel replay): the shipped draft, every attempt classified: PASS (exit 0)'
+	$(BIN)/kernel bundle examples/drafts/marbles.json --manifest builtin.v1 -o out/marbles.json
+	$(BIN)/kernel replay out/marbles.json --out out/marbles-outcomes.jsonl
+	@echo; echo '== 2. the scenario (kernel replay): attempt 7 tampered with on purpose; expect it caught: FAIL integrity (exit 3)'
+	@$(BIN)/kernel replay examples/replay/bundle.json --out out/outcomes.jsonl; code=$$?; \
+	  test $$code -eq 3 || { echo "demo: FAILED: the tampered attempt must give exit 3, got $$code" >&2; exit 1; }
+	@echo; echo '== 3. an honest main job (kernel run): the draft sealed for certified.v1, certified by z3 -> cvc5: PASS (exit 0)'
+	$(BIN)/kernel bundle examples/drafts/marbles.json --manifest certified.v1 -o out/marbles-certified.json
+	rm -rf runs/marbles runs/e2e  # kernel run refuses a non-empty work directory: start fresh
+	$(BIN)/kernel run out/marbles-certified.json --work-dir runs/marbles --out out/marbles-run-outcomes.jsonl
+	@echo; echo '== 4. the main job scenario (kernel run): attempt 5 tampered with on purpose; expect it caught: FAIL integrity (exit 3)'
 	$(BIN)/python examples/build_e2e_bundle.py --check
-	rm -rf runs/e2e  # kernel run refuses a non-empty work directory: start fresh
-	$(BIN)/kernel run examples/e2e/bundle.json --work-dir runs/e2e --out out/e2e-outcomes.jsonl; \
-	  test $$? -eq 3
-	@echo "main job outcomes (JSON Lines, run order): out/e2e-outcomes.jsonl; certification runs: runs/e2e/"
+	@$(BIN)/kernel run examples/e2e/bundle.json --work-dir runs/e2e --out out/e2e-outcomes.jsonl; code=$$?; \
+	  test $$code -eq 3 || { echo "demo: FAILED: the tampered attempt must give exit 3, got $$code" >&2; exit 1; }
+	@echo; echo 'demo: OK, every verdict as expected:'
+	@echo '  honest runs    PASS (exit 0), every attempt classified by its authorities (the kernel run certified by z3 -> cvc5):'
+	@echo '                 out/marbles-outcomes.jsonl, out/marbles-run-outcomes.jsonl (certification runs: runs/marbles/)'
+	@echo '  tampered runs  the tampered attempt caught (candidate_identity_mismatch, exit 3), the others classified:'
+	@echo '                 out/outcomes.jsonl, out/e2e-outcomes.jsonl (certification runs: runs/e2e/)'
+
+interrupts: $(STAMP) sandbox-tools  ## SIGINT/SIGTERM to kernel run on a pool and on Dask, 40 tries each at varied moments
+	KERNEL_INTERRUPT_TRIES=$${KERNEL_INTERRUPT_TRIES:-40} $(BIN)/pytest -q -p no:cacheprovider tests/test_cli_interrupts.py
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep"; the checker tests widen their corpora)
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider

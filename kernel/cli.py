@@ -22,7 +22,7 @@ Exit codes shared by every command (README "Exit codes", adr/0013):
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 if TYPE_CHECKING:
     import typer
@@ -148,6 +148,29 @@ def _build_app() -> typer.Typer:
         for sub in getattr(command, "commands", {}).values():
             _short_help_everywhere(sub)
 
+    def _interrupted_before_start(exc: KeyboardInterrupt) -> NoReturn:
+        """Ctrl-C or SIGTERM while the command line is parsed or a command is imported.
+
+        Typer would turn it into a silent exit 130; nothing was done yet.
+        """
+        from kernel.commands import _signals
+
+        name, code = _signals.interruption(exc)
+        click.echo(f"error: interrupted: {name}; nothing was done", err=True)
+        raise typer.Exit(code) from None
+
+    def _load_command(cmd_name: str) -> click.Command:
+        module = importlib.import_module(COMMANDS[cmd_name][0])
+        group = getattr(module, "app", None)
+        if isinstance(group, typer.Typer):
+            command = typer.main.get_command(group)
+        else:
+            holder = typer.Typer(rich_markup_mode=None)
+            module.register(holder)
+            command = typer.main.get_group(holder).commands[cmd_name]
+        _short_help_everywhere(command)
+        return command
+
     class LazyGroup(TyperGroup):
         """Commands from ``COMMANDS``, imported on first use; errors in one line."""
 
@@ -157,16 +180,16 @@ def _build_app() -> typer.Typer:
         def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
             if cmd_name not in COMMANDS:
                 return None
-            module = importlib.import_module(COMMANDS[cmd_name][0])
-            group = getattr(module, "app", None)
-            if isinstance(group, typer.Typer):
-                command = typer.main.get_command(group)
-            else:
-                holder = typer.Typer(rich_markup_mode=None)
-                module.register(holder)
-                command = typer.main.get_group(holder).commands[cmd_name]
-            _short_help_everywhere(command)
-            return command
+            try:
+                return _load_command(cmd_name)
+            except KeyboardInterrupt as exc:
+                _interrupted_before_start(exc)
+
+        def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+            try:
+                return super().make_context(*args, **kwargs)
+            except KeyboardInterrupt as exc:
+                _interrupted_before_start(exc)
 
         def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
             # The table's own help: listing commands must not import them.
@@ -218,9 +241,11 @@ def _build_app() -> typer.Typer:
                 click.echo(f"error: {type(exc).__name__.lower()}: {exc.format_message()}",
                            err=True)
                 code = exc.exit_code
-            except KeyboardInterrupt:
-                click.echo("error: interrupted: SIGINT", err=True)
-                code = 130
+            except KeyboardInterrupt as exc:
+                from kernel.commands import _signals
+
+                name, code = _signals.interruption(exc)
+                click.echo(f"error: interrupted: {name}", err=True)
             if standalone:
                 sys.exit(code)
             return code
@@ -268,17 +293,21 @@ def main() -> None:
     if sys.argv[1:] in _VERSION_FLAGS:  # answered before typer, click or rich is imported
         print(_version())
         return
+    from kernel.commands import _signals
+
+    _signals.terminate_as_interrupt()  # from the start: SIGTERM unwinds like Ctrl-C
     try:
         import typer
 
         app = __getattr__("app")
         assert isinstance(app, typer.Typer)
         command = typer.main.get_command(app)
-    except KeyboardInterrupt:
-        # Ctrl-C while the command line is still being imported (the first
-        # few hundred ms): nothing was read or written yet; no traceback.
-        print("error: interrupted: SIGINT; nothing was done", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        # Ctrl-C (or SIGTERM) while the command line is still being imported
+        # (the first few hundred ms): nothing was read or written yet; no traceback.
+        name, code = _signals.interruption(exc)
+        print(f"error: interrupted: {name}; nothing was done", file=sys.stderr)
+        sys.exit(code)
     command.main(prog_name="kernel")
 
 

@@ -87,7 +87,7 @@ def test_exit_0_an_intact_bundle_under_the_default_policy(tmp_path: Path) -> Non
     for count in ("contract_refused=1", "contract_closed_but_proof_refused=1",
                   "contract_and_proof_closed=2"):
         assert count in verdict
-    assert verdict.endswith("fail-on=integrity")
+    assert verdict.endswith("fail-on=integrity,unclassified")
 
 
 def test_exit_0_naming_integrity_explicitly_changes_nothing(tmp_path: Path) -> None:
@@ -118,17 +118,76 @@ def test_exit_1_an_outcome_in_a_selected_class(tmp_path: Path, fail_on: list[str
          "unavailable"),
     ],
 )
-def test_exit_1_refusals_that_are_not_integrity_fail_only_when_selected(
+def test_exit_1_refusals_that_are_not_integrity_fail_by_default_and_when_selected(
     tmp_path: Path, fields: dict[str, str], disposition: str, selects: str
 ) -> None:
     bundle = _resealed_input(tmp_path, 0, fields)
-    default = runner.invoke(app, ["replay", str(bundle), "-f", "jsonl"])
-    assert default.exit_code == 0, default.output
-    first = json.loads(default.stdout.splitlines()[0])
-    assert first["outcome"]["replay_disposition"] == disposition
+    default = _kernel("replay", bundle)  # the default policy: every attempt classified
+    assert default.returncode == 1, default.stderr
+    assert _verdict(default.stderr.decode()).startswith("verdict: FAIL policy (exit 1): ")
+    assert f"#0 {disposition} [" in default.stdout.decode()
+    assert "--fail-on integrity" in default.stderr.decode()  # how to ask for less
     chosen = runner.invoke(app, ["replay", str(bundle), "--fail-on", selects])
     assert chosen.exit_code == 1
     assert f"#0 {disposition}" in chosen.stdout
+    # Asking for less: integrity alone (the behaviour before issue 20) passes the refusal.
+    less = runner.invoke(app, ["replay", str(bundle), "--fail-on", "integrity", "-f", "jsonl"])
+    assert less.exit_code == 0, less.output
+    assert json.loads(less.stdout.splitlines()[0])["outcome"]["replay_disposition"] == disposition
+
+
+# Issue 20, finding 3: a run that certified nothing passed.
+
+
+def test_exit_1_kernel_replay_of_a_certified_bundle_names_kernel_run(tmp_path: Path) -> None:
+    done = _kernel("replay", _sealed(tmp_path, "certified.v1"))
+    stderr = done.stderr.decode()
+    assert done.returncode == 1, stderr  # every attempt unsupported_proof_obligation
+    assert _verdict(stderr).startswith(
+        "verdict: FAIL policy (exit 1): 4 attempts: unsupported_proof_obligation=4; ")
+    hint = [line for line in stderr.splitlines() if "the obligations of certified.v1" in line]
+    assert len(hint) == 1 and hint[0].startswith("hint: 4 attempts: "), stderr
+    assert "`kernel run`" in hint[0] and "--manifest builtin.v1" in hint[0]
+    assert "Traceback" not in stderr
+
+
+def test_exit_1_kernel_run_of_a_builtin_bundle_names_manifest_certified(tmp_path: Path) -> None:
+    done = _kernel("run", _sealed(tmp_path, "builtin.v1"), "--work-dir", tmp_path / "work")
+    stderr, stdout = done.stderr.decode(), done.stdout.decode()
+    assert done.returncode == 1, stderr
+    assert _verdict(stderr).startswith(
+        "verdict: FAIL policy (exit 1): 4 attempts: unsupported_proof_obligation=4; ")
+    hint = [line for line in stderr.splitlines() if "the obligations of builtin.v1" in line]
+    assert len(hint) == 1 and "`kernel bundle --manifest certified.v1`" in hint[0], stderr
+    assert "certifications: none run" in stdout  # and the summary says nothing was certified
+
+
+def test_exit_0_a_run_whose_attempts_were_all_contract_refused(tmp_path: Path) -> None:
+    """Classified is not closed: every attempt ruled on by its authority passes."""
+    draft = json.loads(DRAFT.read_text())
+    draft["candidates"] = [draft["candidates"][1]] * 2  # the unit-mismatch reading, twice
+    path = tmp_path / "refused-draft.json"
+    path.write_text(json.dumps(draft))
+    bundle = tmp_path / "refused.json"
+    assert _kernel("bundle", path, "-o", bundle).returncode == 0
+    done = _kernel("replay", bundle)
+    assert done.returncode == 0, done.stderr
+    assert _verdict(done.stderr.decode()).startswith(
+        "verdict: PASS (exit 0): 2 attempts: contract_refused=2; ")
+    assert not [line for line in done.stderr.decode().splitlines() if line.startswith("hint:")]
+
+
+@pytest.mark.slow
+def test_kernel_run_summary_says_which_checkers_ran_and_how_long(tmp_path: Path) -> None:
+    done = _kernel("run", _sealed(tmp_path, "certified.v1"), "--work-dir", tmp_path / "work")
+    assert done.returncode == 0, done.stderr  # classified: two closed, two not
+    stdout = done.stdout.decode()
+    lines = stdout.splitlines()
+    certified = [line for line in lines if line.startswith("certifications: ")]
+    assert len(certified) == 1, stdout
+    assert certified[0].startswith("certifications: 3 run (3 PASS), ")
+    assert " s wall (" in certified[0] and "s each on average; inline)" in certified[0]
+    assert "  z3 produced 3, cvc5 checked 3 (each step contained: sandbox)" in lines
 
 
 @pytest.mark.slow
@@ -235,8 +294,8 @@ def test_every_example_outcome_falls_in_the_documented_classes() -> None:
         "contract_and_proof_closed": frozenset(),
         "contract_refused": {f.BLOCKED, f.ANY},
         "contract_closed_but_proof_refused": {f.BLOCKED, f.ANY},
-        "unsupported_replay_policy": {f.REFUSED, f.ANY},
-        "unsupported_proof_obligation": {f.REFUSED, f.ANY},
-        "contract_replay_unavailable": {f.UNAVAILABLE, f.REFUSED, f.ANY},
-        "candidate_identity_mismatch": {f.INTEGRITY, f.REFUSED, f.ANY},
+        "unsupported_replay_policy": {f.REFUSED, f.UNCLASSIFIED, f.ANY},
+        "unsupported_proof_obligation": {f.REFUSED, f.UNCLASSIFIED, f.ANY},
+        "contract_replay_unavailable": {f.UNAVAILABLE, f.REFUSED, f.UNCLASSIFIED, f.ANY},
+        "candidate_identity_mismatch": {f.INTEGRITY, f.REFUSED, f.UNCLASSIFIED, f.ANY},
     }

@@ -33,6 +33,7 @@ from kernel.bundles import (
 )
 from kernel.commands._io import OutputFile, bounded_lines, is_stdio, open_input, refuse
 from kernel.commands._verdict import (
+    DEFAULT_FAIL_ON,
     FAIL_ON_CHOICES,
     FailOn,
     Listed,
@@ -41,7 +42,15 @@ from kernel.commands._verdict import (
     parse_fail_on,
 )
 from kernel.identity import JsonValue
-from kernel.replay import ReplayAdapterOutcome, ReplayAdapterRefusal, ReplayBundle
+from kernel.organs import builtin_manifest, certified_manifest
+from kernel.replay import (
+    AuthorityManifest,
+    ProofObligations,
+    ReplayAdapterOutcome,
+    ReplayAdapterRefusal,
+    ReplayBundle,
+    ReplayDisposition,
+)
 from kernel.serde import SerdeError, parse_json, structure
 
 if TYPE_CHECKING:
@@ -208,8 +217,10 @@ class Emitter:
         total: int,
         label: str,
         explain: Callable[[int, str | None, ReplayAdapterOutcome], str | None] | None = None,
+        epilogue: Callable[[], list[str]] | None = None,
     ) -> None:
         self.format = output_format
+        self.epilogue = epilogue  # more summary lines (table only), asked for at the end
         self.quiet = quiet
         self.verbose = verbose
         self.tally = Tally(fail_on)
@@ -232,7 +243,11 @@ class Emitter:
         if self._file is not None:
             self._file.discard()  # not committed: an error or an interrupt
 
-    def add(self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome) -> None:
+    def add(
+        self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome,
+        hint: str | None = None,
+    ) -> None:
+        """Write, count and show ``outcome``; ``hint`` is its likely cause, said once at the end."""
         line = outcome_line(index, attempt_id, outcome)
         if self._file is not None:
             self._file.write(line)
@@ -241,7 +256,7 @@ class Emitter:
         cause = None
         if classes_of(outcome):  # the cause is looked up only for what did not close
             cause = (self.explain or default_cause)(index, attempt_id, outcome)
-        listed = self.tally.add(index, attempt_id, outcome, cause)
+        listed = self.tally.add(index, attempt_id, outcome, cause, hint)
         if self.verbose and self.format is OutputFormat.TABLE:
             self._row(index, attempt_id, outcome, listed)
         if self._bar is not None and self._task is not None:
@@ -275,7 +290,7 @@ class Emitter:
             case _:
                 assert_never(self.format)
         if not self.quiet:
-            typer.echo(tally.verdict_line(), err=True)
+            typer.echo("\n".join([tally.verdict_line(), *tally.hint_lines()]), err=True)
         return tally.exit_code
 
     def _summary(self) -> str:
@@ -296,6 +311,8 @@ class Emitter:
                 text.append(f"      cause   {entry.cause}")
         if tally.unlisted:
             text.append(f"  ... and {tally.unlisted} more (--format jsonl lists every outcome)")
+        if self.epilogue is not None:
+            text += self.epilogue()
         return "\n".join(text) + "\n"
 
 
@@ -319,7 +336,10 @@ FormatOption = Annotated[OutputFormat | None, typer.Option(
 FailOnOption = Annotated[list[str] | None, typer.Option(
     "--fail-on", metavar="CLASS[,CLASS]",
     help=f"Exit 1 when an outcome falls in CLASS ({FAIL_ON_CHOICES}); repeatable or "
-         "comma-separated. integrity (exit 3) is always selected. See README 'Exit codes'.")]
+         "comma-separated; replaces the default, unclassified (any attempt that its "
+         "authorities did not classify: every refusal, every unavailable outcome). "
+         "integrity (exit 3) is always selected: --fail-on integrity fails on tampering "
+         "only. See README 'Exit codes'.")]
 QuietOption = Annotated[bool, typer.Option(
     "--quiet", "-q", help="No summary, verdict line, progress bar or notes on stderr.")]
 VerboseOption = Annotated[bool, typer.Option(
@@ -337,7 +357,7 @@ def resolve_output(out: Path | None, output_format: OutputFormat | None) -> Outp
 
 
 def fail_on_classes(
-    values: list[str] | None, default: tuple[FailOn, ...] = ()
+    values: list[str] | None, default: tuple[FailOn, ...] = DEFAULT_FAIL_ON
 ) -> frozenset[FailOn]:
     """The classes ``--fail-on`` selects (``default`` when it is not given); integrity always."""
     try:
@@ -345,6 +365,33 @@ def fail_on_classes(
     except ValueError as exc:
         refuse("invalid_fail_on", str(exc))
     return chosen if values else chosen | frozenset(default)
+
+
+_KNOWN_MANIFESTS: tuple[AuthorityManifest, ...] = (builtin_manifest(), certified_manifest())
+
+
+def manifest_hint(
+    item: Attempt, outcome: ReplayAdapterOutcome, manifest: AuthorityManifest, advice: str
+) -> str | None:
+    """The likely cause of an ``unsupported_proof_obligation``: the bundle's manifest is another.
+
+    When the attempt's obligation refs are exactly another shipped manifest's
+    policy for its organ, that manifest is named, then ``advice`` (what the
+    command's user should do about it); ``None`` otherwise (any other outcome,
+    or refs that are no shipped manifest's: the refusal's explanation is the cause).
+    """
+    if (outcome.replay_disposition is not ReplayDisposition.UNSUPPORTED_PROOF_OBLIGATION
+            or not isinstance(item, ReadyAttempt)):
+        return None
+    refs = item.request.replay_input.proof_obligation_refs
+    organ = item.request.replay_input.candidate_organ
+    for known in _KNOWN_MANIFESTS:
+        policy = known.proof_policies.get(organ)
+        if (known.manifest_version != manifest.manifest_version
+                and isinstance(policy, ProofObligations) and policy.refs == refs):
+            return (f"unsupported_proof_obligation: the bundle names the obligations of "
+                    f"{known.manifest_version}, not of {manifest.manifest_version}; {advice}")
+    return None  # not another manifest's: the refusal's own explanation says what differs
 
 
 def default_cause(

@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Final
 
@@ -31,14 +32,48 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, unwound like Ctrl-C (so every cleanup runs) but told apart at the top."""
 
 
+def fragile_frame(frame: FrameType | None) -> bool:
+    """Whether an exception raised in ``frame`` would be swallowed ("Exception ignored in").
+
+    The interpreter runs weak-reference callbacks (the import system's module
+    locks) and finalizers where an exception cannot propagate: it prints a
+    traceback and drops the exception, and the command would go on as if
+    never signalled.
+    """
+    return frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                  or frame.f_code.co_name == "__del__")
+
+
+def raise_interrupt(signum: int, frame: FrameType | None, exc: type[KeyboardInterrupt]) -> None:
+    """Raise ``exc`` for ``signum`` now, or, inside a frame that would swallow it, a moment later.
+
+    The signal is sent again to this process after 50 ms, out of that frame.
+    """
+    if fragile_frame(frame):
+        timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    raise exc
+
+
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated
+    raise_interrupt(signum, frame, Terminated)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise_interrupt(signum, frame, KeyboardInterrupt)
 
 
 def terminate_as_interrupt() -> None:
-    """From now on SIGTERM raises ``Terminated`` (main thread only; elsewhere a no-op)."""
+    """From now on SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt``, never swallowed.
+
+    Main thread only; elsewhere a no-op.
+    """
     with contextlib.suppress(ValueError):  # not the main thread (an embedding test runner)
         signal.signal(signal.SIGTERM, _raise_terminated)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
 
 
 def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:

@@ -26,7 +26,19 @@ lines always give the same verdict):
   results);
 - ``blocked``: a result that did not close: ``contract_refused`` or
   ``contract_closed_but_proof_refused``;
+- ``unclassified``: an attempt its authorities did not classify: every
+  refusal (``unsupported_proof_obligation`` included) and every
+  ``unavailable`` outcome. The default of both commands (issue 20): a PASS
+  says every attempt was ruled on by its contract and proof authorities,
+  whatever they ruled (all ``contract_refused`` still passes), so a bundle
+  whose obligations are another manifest's never goes green having
+  verified nothing;
 - ``any``: every outcome except ``contract_and_proof_closed``.
+
+``--fail-on`` replaces the default (integrity stays): ``--fail-on integrity``
+alone asks for less (only tampering fails, the behaviour before issue 20),
+``--fail-on blocked`` asks for something else, ``--fail-on unclassified,blocked``
+for more.
 """
 
 from __future__ import annotations
@@ -64,7 +76,12 @@ class FailOn(Enum):
     UNAVAILABLE = "unavailable"
     REFUSED = "refused"
     BLOCKED = "blocked"
+    UNCLASSIFIED = "unclassified"
     ANY = "any"
+
+
+# What ``kernel replay`` and ``kernel run`` fail on when ``--fail-on`` is not given.
+DEFAULT_FAIL_ON: Final = (FailOn.UNCLASSIFIED,)
 
 
 FAIL_ON_CHOICES: Final = ",".join(c.value for c in FailOn)
@@ -115,7 +132,13 @@ def classes_of(outcome: ReplayAdapterOutcome) -> frozenset[FailOn]:
                 found.add(FailOn.UNAVAILABLE)
         case _:
             assert_never(outcome)
+    if FailOn.REFUSED in found or FailOn.UNAVAILABLE in found:
+        found.add(FailOn.UNCLASSIFIED)
     return frozenset(found)
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt{'' if count == 1 else 's'}"
 
 
 def outcome_id(outcome: ReplayAdapterOutcome) -> str:
@@ -156,18 +179,34 @@ class Tally:
     integrity: bool = False
     policy: bool = False
     total: int = 0
+    # The likely cause of attempts that were not classified, with how many (insertion order).
+    hints: Counter[str] = attrs.field(factory=Counter)
+    tampered: int = 0  # outcomes in the integrity class
+    tampered_at: list[str] = attrs.field(factory=list)  # the first few, for the hint
+    unclassified: int = 0  # outcomes in the unclassified class (tampered ones included)
 
     def add(
         self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome,
-        cause: str | None = None,
+        cause: str | None = None, hint: str | None = None,
     ) -> Listed | None:
-        """Count ``outcome``; the ``Listed`` entry when it did not close (else ``None``)."""
+        """Count ``outcome``; the ``Listed`` entry when it did not close (else ``None``).
+
+        ``hint`` (the likely cause, e.g. the bundle was sealed for another
+        manifest) is counted and printed once after the verdict.
+        """
         self.total += 1
+        if hint is not None:
+            self.hints[hint] += 1
         self.counts[outcome.replay_disposition.value] += 1
         classes = classes_of(outcome)
         hit = classes & self.fail_on
         if FailOn.INTEGRITY in classes:
             self.integrity = True
+            self.tampered += 1
+            if len(self.tampered_at) < 3:
+                self.tampered_at.append(f"#{index} {outcome.replay_disposition.value}")
+        if FailOn.UNCLASSIFIED in classes:
+            self.unclassified += 1
         if hit:
             self.policy = True
         if not classes:
@@ -207,6 +246,19 @@ class Tally:
         return (f"verdict: {self.word} (exit {self.exit_code}): {self.total} attempts"
                 f"{': ' + counts if counts else ''}; fail-on={self.selected()}")
 
+    def hint_lines(self) -> list[str]:
+        """What to print after the verdict: the likely cause of what was not classified."""
+        lines = [f"hint: {_attempts(n)}: {text}" for text, n in self.hints.items()]
+        if self.tampered:
+            more = ", ..." if self.tampered > len(self.tampered_at) else ""
+            lines.append(f"hint: tampering caught: {_attempts(self.tampered)} "
+                         f"({', '.join(self.tampered_at)}{more}) not what the run recorded "
+                         "(altered or corrupted), so not classified")
+        if FailOn.UNCLASSIFIED in self.fail_on and self.unclassified > self.tampered:
+            lines.append("hint: PASS needs every attempt classified by its authorities "
+                         "(--fail-on integrity: fail on tampering only)")
+        return lines
+
     def summary_json(self) -> dict[str, object]:
         return {
             "verdict": self.word,
@@ -216,4 +268,5 @@ class Tally:
             "fail_on": [c.value for c in FailOn if c in self.fail_on],
             "listed": [attrs.asdict(f) for f in self.listed],
             "unlisted": self.unlisted,
+            "hints": [{"attempts": n, "hint": text} for text, n in self.hints.items()],
         }

@@ -11,8 +11,12 @@ a one-line verdict to stderr.
 
 Exit codes (README "Exit codes", adr/0013):
 
-- 0: every attempt classified, input intact, no outcome in a ``--fail-on`` class;
-- 1: some outcome is in a selected ``--fail-on`` class;
+- 0: input intact, no outcome in a ``--fail-on`` class (by default: every
+  attempt classified by its authorities, whatever they ruled);
+- 1: some outcome is in a selected ``--fail-on`` class (by default
+  ``unclassified``: a refusal such as ``unsupported_proof_obligation``, or an
+  unavailable authority; the verdict is followed by ``hint:`` lines naming
+  the likely cause, e.g. a bundle sealed for ``certified.v1``);
 - 2: usage error, or the bundle refused at the boundary (unreadable,
   malformed, schema mismatch, not one input and one reconstruction per
   attempt, an unsound stream envelope); no outcome file is written;
@@ -38,6 +42,7 @@ from kernel.commands._outcomes import (
     QuietOption,
     VerboseOption,
     fail_on_classes,
+    manifest_hint,
     open_bundle,
     resolve_output,
     stream_error,
@@ -62,14 +67,24 @@ contract_closed_but_proof_refused, contract_and_proof_closed) or
 ReplayAdapterRefusal (seven typed reasons); none is an answer. Each outcome
 line names its attempt: {"attempt_id", "attempt_index", "outcome"}.
 
-Exit codes: 0 intact and no outcome in a --fail-on class; 1 an outcome in a
-selected --fail-on class; 2 usage error or bundle refused at the boundary
+Exit codes: 0 intact and no outcome in a --fail-on class (default
+unclassified: every attempt classified by its authorities, whatever they
+ruled); 1 an outcome in a selected --fail-on class (by default a refusal,
+e.g. unsupported_proof_obligation for a bundle sealed with --manifest
+certified.v1, or an unavailable authority; --fail-on integrity fails on
+tampering only); 2 usage error or bundle refused at the boundary
 (no outcome file written); 3 integrity (candidate_identity_mismatch or
 invalid_replay_input: the input is not what the run recorded); 130/143
 interrupted (no outcome file written); 141 stdout closed early.
 
 Example: kernel replay bundle.json -o out/outcomes.jsonl --fail-on blocked
 """
+
+
+# What a certified.v1 bundle's user should do (kernel replay runs no external checker).
+_MANIFEST_ADVICE = ("kernel replay checks builtin.v1's in-process obligations only: run a "
+                    "certified.v1 bundle with `kernel run`, or seal the draft for kernel replay "
+                    "with `kernel bundle --manifest builtin.v1`")
 
 
 def classify_bundle(bundle: ReplayBundle) -> tuple[ReplayAdapterOutcome, ...]:
@@ -136,7 +151,8 @@ def register(app: typer.Typer) -> None:
                             outcome = item.refusal
                         case _:
                             assert_never(item)
-                    emitter.add(item.attempt_index, item.attempt_id, outcome)
+                    emitter.add(item.attempt_index, item.attempt_id, outcome,
+                                manifest_hint(item, outcome, manifest, _MANIFEST_ADVICE))
             except BundleStreamError as exc:
                 stream_error(bundle_path, exc)
             except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (kernel.commands._signals)

@@ -21,10 +21,11 @@ certification counts only when its attempt directory derives it again (its
 run's metadata and receipt, under the run-time receipt rules).
 
 Exit codes: README "Exit codes" and adr/0013 (0 / 1 --fail-on / 2 boundary
-/ 3 integrity / 130 SIGINT / 143 SIGTERM). The default ``--fail-on`` for
-this command is ``integrity,unavailable``: the main job promises a
+/ 3 integrity / 130 SIGINT / 143 SIGTERM). The default ``--fail-on`` is
+``unclassified``, as for ``kernel replay``: the main job promises a
 certification, so an attempt whose checker never concluded (a producer
-timeout, a lost worker) fails the run.
+timeout, a lost worker) or whose obligations are not certified.v1's fails
+the run.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import re
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -59,12 +61,13 @@ from kernel.commands._outcomes import (
     VerboseOption,
     default_cause,
     fail_on_classes,
+    manifest_hint,
     open_bundle,
     resolve_output,
     stream_error,
 )
-from kernel.commands._signals import Terminated, interruption
-from kernel.commands._verdict import EXIT_INTEGRITY, FailOn
+from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
+from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
     RUN_ID,
@@ -128,8 +131,12 @@ output bytes do not depend on the executor or the worker count. A worker
 that dies or is lost leaves its attempt without evidence (not closed, never
 PASS). A progress bar goes to stderr when it is a terminal (not with -q).
 
-Exit codes: 0 intact and no outcome in a --fail-on class (default here:
-integrity,unavailable); 1 an outcome in a selected class; 2 refused at the
+Exit codes: 0 intact and no outcome in a --fail-on class (default:
+unclassified, so every attempt classified by its authorities, whatever they
+ruled: a refusal such as unsupported_proof_obligation, for a bundle not
+sealed with --manifest certified.v1, or a certification that never
+concluded fails the run; --fail-on integrity fails on tampering only); 1
+an outcome in a selected class; 2 refused at the
 boundary, nothing run (bad bundle, work directory not empty and no
 --resume, bad deadline, certifier unavailable, bad worker count,
 conflicting executor options, unreachable scheduler); 3 integrity (an
@@ -137,6 +144,11 @@ attempt's input is not what the run recorded, or, with --resume, a recorded
 outcome line that the bundle and the stored certification do not give again:
 resume_log_tampered, nothing touched); 130 SIGINT; 143 SIGTERM.
 """
+
+# What a builtin.v1 bundle's user should do: kernel run certifies under certified.v1.
+_MANIFEST_ADVICE = ("kernel run certifies under certified.v1: seal the draft with "
+                    "`kernel bundle --manifest certified.v1` (a builtin.v1 bundle is for "
+                    "`kernel replay`)")
 
 _EXECUTORS = "|".join(kind.value for kind in ExecutorKind)
 
@@ -200,8 +212,9 @@ def _signals_as_interrupts() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         nonlocal fired
         if not fired:
-            fired = True
-            raise Terminated
+            if not fragile_frame(frame):
+                fired = True
+            raise_interrupt(signum, frame, Terminated)
 
     try:
         previous = signal.signal(signal.SIGTERM, handler)
@@ -363,6 +376,51 @@ def _root_cause(work_dir: Path) -> Callable[[int, str | None, ReplayAdapterOutco
     return cause
 
 
+def _certification_lines(
+    root: Path, kept: set[str], seconds: float, spec: ExecutorSpec
+) -> list[str]:
+    """The summary's account of the certifications this invocation ran: who, how many, how long.
+
+    Read back from the attempt directories' ``metadata.json`` (written by the
+    external protocol, not by this summary), so it says what ran: z3 as the
+    producer, cvc5 as the checker, each in its own sandboxed step.
+    """
+    statuses: dict[str, int] = {}
+    produced = checked = 0
+    containment: set[str] = set()
+    for entry in sorted(root.iterdir()):
+        metadata = entry / RUN_ID / "metadata.json"
+        if not _ATTEMPT_DIR.fullmatch(entry.name) or entry.name in kept or not metadata.is_file():
+            continue
+        try:
+            with metadata.open("rb") as handle:
+                record = json.loads(handle.read(_METADATA_LIMIT))
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict):
+            statuses["unreadable"] = statuses.get("unreadable", 0) + 1
+            continue
+        status = str(record.get("status"))
+        statuses[status] = statuses.get(status, 0) + 1
+        produced += isinstance(record.get("producer"), dict)
+        checked += isinstance(record.get("checker"), dict)
+        containment.add(str(record.get("containment")))
+    count = sum(statuses.values())
+    where = spec.kind.value + (f", {spec.workers} workers" if spec.workers else "")
+    if not count:
+        lines = [f"certifications: none run ({where}): no attempt's contract closed here"
+                 + (f", {len(kept)} recorded earlier" if kept else "")]
+        return lines
+    each = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+    return [
+        f"certifications: {count} run ({each}), {seconds:.1f} s wall "
+        f"({seconds / count:.2f} s each on average; {where})"
+        + (f", {len(kept)} recorded earlier" if kept else ""),
+        f"  z3 produced {produced}, cvc5 checked {checked} "
+        f"(each step contained: {', '.join(sorted(containment))})",
+    ]
+
+
 def _chunks(items: Iterator[Attempt], size: int) -> Iterator[list[Attempt]]:
     chunk: list[Attempt] = []
     for item in items:
@@ -414,7 +472,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         _check_utf8_work_dir(work_dir)
         chosen = resolve_output(out, output_format)
-        classes = fail_on_classes(fail_on, (FailOn.UNAVAILABLE,))
+        classes = fail_on_classes(fail_on)
         if not deadline > 0:
             refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
         spec = _executor_spec(executor, workers, scheduler, connect_timeout)
@@ -422,10 +480,13 @@ def register(app: typer.Typer) -> None:
         copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)
         total, identity, attempts = open_bundle(bundle_path, copy)
         recorded: list[bytes] = []
+        prefix: list[Attempt] = []
+        manifest = certified_manifest()
         if resume:
             recorded = _recorded_outcomes(work_dir, identity, total)
             # Read past the recorded attempts, but never take their outcomes on trust.
-            _check_recorded(work_dir, list(itertools.islice(attempts, len(recorded))), recorded)
+            prefix = list(itertools.islice(attempts, len(recorded)))
+            _check_recorded(work_dir, prefix, recorded)
         else:
             _check_fresh_work_dir(work_dir)
         try:
@@ -453,6 +514,8 @@ def register(app: typer.Typer) -> None:
             log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
             kept = stack.enter_context((root / BUNDLE_PARTIAL).open("wb"))
             copy.attach(kept)
+            recorded_ids = {json.loads(line)["attempt_id"] for line in recorded}
+            elapsed = 0.0  # seconds spent deciding chunks: the certifications, mostly
             logger.addHandler(handler)
             stack.callback(logger.removeHandler, handler)
             try:
@@ -460,21 +523,27 @@ def register(app: typer.Typer) -> None:
                     out=out, output_format=chosen, quiet=quiet, verbose=verbose,
                     fail_on=classes, total=total, label="certifying",
                     explain=_root_cause(root),
+                    epilogue=lambda: _certification_lines(root, recorded_ids, elapsed, spec),
                 ) as emitter:
-                    for index, line in enumerate(recorded):
-                        emitter.add(index, json.loads(line)["attempt_id"], _outcome_of(line))
+                    for index, (item, line) in enumerate(zip(prefix, recorded, strict=True)):
+                        outcome = _outcome_of(line)
+                        emitter.add(index, json.loads(line)["attempt_id"], outcome,
+                                    manifest_hint(item, outcome, manifest, _MANIFEST_ADVICE))
                     size = 1 if spec.kind is ExecutorKind.INLINE else 4 * (spec.workers or 1)
-                    manifest = certified_manifest()
                     try:
                         for chunk in _chunks(attempts, size):
                             ready = [i.request for i in chunk if isinstance(i, ReadyAttempt)]
+                            started = time.monotonic()
                             decided = iter(replay_requests(
                                 ready, manifest, certifier, executor=pool))
+                            elapsed += time.monotonic() - started
                             lines = []
                             for item in chunk:
                                 outcome = (next(decided) if isinstance(item, ReadyAttempt)
                                            else item.refusal)
-                                emitter.add(item.attempt_index, item.attempt_id, outcome)
+                                emitter.add(
+                                    item.attempt_index, item.attempt_id, outcome,
+                                    manifest_hint(item, outcome, manifest, _MANIFEST_ADVICE))
                                 lines.append(outcome_line(
                                     item.attempt_index, item.attempt_id, outcome))
                             # Recorded (and flushed to disk) a chunk at a time: what

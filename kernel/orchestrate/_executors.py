@@ -10,9 +10,19 @@ Theory of operation (ARCHITECTURE.md "Scale"; ADR-0006; ADR-0008):
 - ``process``: a ``ProcessPoolExecutor`` of ``workers`` processes started with
   the ``spawn`` context, so no lock, thread or file descriptor state of the
   driver is inherited. On an error or an interrupt, queued tasks are
-  cancelled and the workers are sent ``SIGINT`` (a running certification
-  then kills its producer/checker group), joined, and killed if they have
-  not exited after a few seconds.
+  cancelled and the workers are sent ``SIGTERM`` (a running certification
+  then kills its producer/checker group and the worker exits quietly),
+  waited for, and killed if they have not exited after a few seconds: every
+  worker is gone before the executor is left, so the interpreter's exit
+  never joins a worker that is still waiting for work (issue 20).
+- Ctrl-C at a terminal is sent to the whole foreground process group. A
+  pool worker is started with ``SIGINT`` blocked (inherited from the thread
+  that starts it) and ignores it; a local Dask worker ignores it from its
+  preload hook (``dask_setup``) on, and starts with /dev/null as stderr. So
+  the terminal's SIGINT is acted on by this process only, which then stops
+  the workers itself; no worker prints a ``KeyboardInterrupt`` traceback. While the
+  workers are being stopped, a second SIGINT is ignored (the stop is
+  bounded; SIGKILL still works).
 - ``dask``: ``Client(scheduler)`` when an address is given (a plain TCP
   probe first, bounded by ``connect_seconds``), else a
   ``distributed.LocalCluster`` of ``workers`` single-threaded worker
@@ -40,8 +50,9 @@ import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Final, assert_never, final
 
@@ -59,10 +70,14 @@ __all__ = [
 
 MAX_WORKERS: Final = 1024
 _DEFAULT_CONNECT_SECONDS: Final = 10.0
-_STOP_SECONDS: Final = 5.0  # after an interrupt: SIGINT, then this long, then SIGKILL
+_STOP_SECONDS: Final = 4.0  # after an interrupt: SIGTERM, then this long, then SIGKILL
+_KILL_SECONDS: Final = 2.0  # then this long for the killed to be gone (SIGKILL is not ignored)
 # A local Dask cluster's close: each nanny asks its worker to stop, waits 4 s,
 # then kills it; past this bound the workers are killed here.
 _CLOSE_SECONDS: Final = 20.0
+# After an interrupt the close is cut shorter: the run is over and its
+# workers must be gone within the command's bound (issue 20: 10 s).
+_INTERRUPTED_CLOSE_SECONDS: Final = 5.0
 
 
 class ExecutorKind(enum.Enum):
@@ -156,46 +171,129 @@ def open_executor(spec: ExecutorSpec) -> Iterator[Executor | None]:
             assert_never(spec.kind)
 
 
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile: what it starts (threads, processes) inherits that.
+
+    A signal that arrives meanwhile stays pending and is delivered here when
+    the block ends, so no Ctrl-C is lost.
+    """
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask here: nothing to do
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def _second_interrupts_ignored() -> Iterator[None]:
+    """While the workers are stopped: SIGINT and SIGTERM ignored, so the bounded stop completes."""
+    previous: list[tuple[signal.Signals, Any]] = []
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous.append((signum, signal.signal(signum, signal.SIG_IGN)))
+    except ValueError:  # not the main thread (an embedding test runner): nothing to do
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous:
+            signal.signal(signum, handler)
+
+
+_worker_stopping = False
+
+
+def _worker_stop(signum: int, frame: object) -> None:
+    """A pool worker's SIGTERM: unwind the running task (its step group is killed), then exit."""
+    global _worker_stopping
+    if _worker_stopping:  # already unwinding: do not raise into that cleanup again
+        os._exit(128 + signum)
+    _worker_stopping = True
+    raise SystemExit(128 + signum)  # never printed as a traceback by multiprocessing
+
+
+def _pool_worker_signals() -> None:
+    """Pool worker initializer: ignore the terminal's SIGINT; SIGTERM stops the worker quietly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_stop)
+
+
+class _Pool(ProcessPoolExecutor):
+    """A spawn pool whose workers are started (on ``submit``) with SIGINT blocked."""
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Future[Any]:
+        with _sigint_blocked():
+            return super().submit(fn, *args, **kwargs)
+
+
+def _alive_children(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if _is_child(pid)]
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    """Wait up to ``seconds`` for ``pids`` (children of this process) to exit; those still alive."""
+    deadline = time.monotonic() + seconds
+    while (alive := _alive_children(pids)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return alive
+
+
+def _stop_pool(pool: ProcessPoolExecutor, others: frozenset[int] = frozenset()) -> None:
     """Cancel queued tasks and stop running ones now, rather than wait for their deadlines.
 
     The pool keeps its workers and its manager thread in private attributes
     that ``shutdown`` clears, so they are read first. Each worker gets
-    ``SIGINT``: a running certification then kills its producer/checker
-    group on the way out (``kernel.external``), and the manager thread joins
-    the workers. Whatever is still alive after ``_STOP_SECONDS`` is killed.
+    ``SIGTERM``: a running certification then kills its producer/checker
+    group on the way out (``kernel.external``) and the worker exits. Whatever
+    is still alive after ``_STOP_SECONDS`` is killed; either way every worker
+    has exited when this returns (a worker is signalled only while it is a
+    live child of this process, so its pid is still its own).
     """
     processes: object = getattr(pool, "_processes", None)
     workers = list(processes.values()) if isinstance(processes, dict) else []
+    # A worker whose start the interrupt cut short is not in the pool's table
+    # yet, but is a child that multiprocessing's exit would wait for: it too
+    # (``others``: the children this process had before the pool, not its own).
+    workers += [p for p in multiprocessing.active_children() if p.pid not in others]
+    pids = sorted({pid for pid in (getattr(p, "pid", None) for p in workers)
+                   if isinstance(pid, int)})
     manager: object = getattr(pool, "_executor_manager_thread", None)
-    pool.shutdown(wait=False, cancel_futures=True)
-    if not isinstance(manager, threading.Thread):
-        return
-    for process in workers:
-        _signal(process, signal.SIGINT)
-    manager.join(_STOP_SECONDS)
-    if manager.is_alive():  # the manager has not reaped them: their pids are still theirs
-        for process in workers:
-            _signal(process, signal.SIGKILL)
-        manager.join()
+    with _second_interrupts_ignored():
+        pool.shutdown(wait=False, cancel_futures=True)
+        for pid in _alive_children(pids):
+            _kill(pid, signal.SIGTERM)
+        for pid in _wait_gone(pids, _STOP_SECONDS):
+            _kill(pid, signal.SIGKILL)
+        _wait_gone(pids, _KILL_SECONDS)
+        if isinstance(manager, threading.Thread):
+            manager.join(_KILL_SECONDS)  # it reaps the workers; bounded, never hangs the exit
 
 
-def _signal(process: object, signum: signal.Signals) -> None:
-    pid = getattr(process, "pid", None)
-    if isinstance(pid, int):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
+def _kill(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
 
 
 @contextlib.contextmanager
 def _process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    pool = ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+    others = frozenset(
+        pid for pid in (p.pid for p in multiprocessing.active_children()) if pid is not None
+    )
+    pool = _Pool(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_pool_worker_signals,
     )
     try:
         yield pool
     except BaseException:
-        _stop_pool(pool)
+        _stop_pool(pool, others)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # a no-op after _stop_pool
@@ -230,16 +328,24 @@ def _probe_scheduler(address: str, seconds: float) -> None:
         raise _unreachable(address, exc) from exc
 
 
-def _close_cluster(cluster: Any) -> None:
-    """Close a local cluster; never raise over the run's own result or exception."""
-    pids = [getattr(nanny, "pid", None) for nanny in dict(cluster.workers).values()]
-    try:
-        cluster.close(timeout=_CLOSE_SECONDS)
-    except Exception:  # a close that times out must not hide the outcome or the interrupt
-        for pid in pids:
-            if isinstance(pid, int) and _is_child(pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+def _close_cluster(cluster: Any, seconds: float = _CLOSE_SECONDS) -> None:
+    """Close a local cluster; never raise over the run's own result or exception.
+
+    Whatever worker process is still alive afterwards (a close that timed
+    out, or was cut short) is killed and waited for, so none outlives the run.
+    """
+    nannies = dict(cluster.workers).values()
+    pids = [pid for pid in (getattr(n, "pid", None) for n in nannies) if isinstance(pid, int)]
+    # A close that times out must not hide the outcome or the interrupt.
+    with contextlib.suppress(Exception):
+        cluster.close(timeout=seconds)
+    for pid in _alive_children(pids):
+        _kill(pid, signal.SIGKILL)
+    _wait_gone(pids, _KILL_SECONDS)
+    with contextlib.suppress(Exception):  # closed or not, Dask's exit-time close must skip it
+        from distributed.deploy.spec import SpecCluster
+
+        SpecCluster._instances.discard(cluster)
 
 
 def _is_child(pid: int) -> bool:
@@ -263,14 +369,8 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
     with contextlib.ExitStack() as stack:
         if spec.scheduler is None:
             assert spec.workers is not None
-            try:
-                with _local_worker_config():
-                    cluster = _local_cluster(spec.workers)
-            except Exception as exc:
-                raise ExecutorSetupError(
-                    "cluster_start_failed", f"{type(exc).__name__}: {exc}"
-                ) from exc
-            stack.callback(_close_cluster, cluster)
+            cluster = _start_local_cluster(spec.workers)
+            stack.enter_context(_ClusterCloser(cluster))
             client = stack.enter_context(
                 Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]
             )
@@ -288,9 +388,77 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
         try:
             yield executor
         except BaseException:
-            executor.shutdown(wait=False)  # cancels what has not finished
+            with _second_interrupts_ignored():
+                executor.shutdown(wait=False)  # cancels what has not finished
             raise
         executor.shutdown(wait=True)
+
+
+def _start_local_cluster(workers: int) -> Any:
+    """A started local cluster; ``ExecutorSetupError`` if it fails to start.
+
+    Its worker processes ignore SIGINT once started (``dask_setup``) and
+    print nothing while they start (``_children_stderr_silenced``); SIGINT
+    is blocked here meanwhile, so a Ctrl-C is taken when the start is over.
+    Interrupted while it starts (SIGTERM, or the Ctrl-C delivered
+    when the block ends), the cluster is closed promptly, or, half-built,
+    dropped from Dask's exit-time close (which would print a traceback over
+    it) and its worker processes killed.
+    """
+    before = set(_live_children())
+    cluster: Any = None
+    try:
+        with _local_worker_config(), _sigint_blocked(), _children_stderr_silenced():
+            cluster = _local_cluster(workers)
+    except Exception as exc:
+        _abandon_cluster_start(before)
+        raise ExecutorSetupError("cluster_start_failed", f"{type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        with _second_interrupts_ignored():
+            if cluster is not None:
+                _close_cluster(cluster, _INTERRUPTED_CLOSE_SECONDS)
+            else:
+                _abandon_cluster_start(before)
+        raise
+    return cluster
+
+
+def _abandon_cluster_start(before: set[int]) -> None:
+    """After a failed or interrupted start: no half-built cluster closed at exit, no worker left."""
+    with contextlib.suppress(Exception):
+        from distributed.deploy.spec import SpecCluster
+
+        SpecCluster._instances.clear()  # the kernel starts one cluster per run: this one
+    started = [pid for pid in _live_children() if pid not in before]
+    for pid in started:
+        _kill(pid, signal.SIGKILL)
+    _wait_gone(started, _KILL_SECONDS)
+
+
+def _live_children() -> list[int]:
+    """The live child processes of this process (Linux ``/proc``; elsewhere none)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    return [int(name) for name in entries if name.isdigit() and _is_child(int(name))]
+
+
+class _ClusterCloser:
+    """Closes a local cluster on the way out: promptly after an error or an interrupt."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+
+    def __enter__(self) -> _ClusterCloser:
+        return self
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        if kind is None:
+            _close_cluster(self.cluster)
+            return
+        with _second_interrupts_ignored():
+            _close_cluster(self.cluster, _INTERRUPTED_CLOSE_SECONDS)
 
 
 def _local_worker_config() -> contextlib.AbstractContextManager[object]:
@@ -305,7 +473,47 @@ def _local_worker_config() -> contextlib.AbstractContextManager[object]:
     """
     import dask.config
 
-    return dask.config.set({"distributed.worker.profile.enabled": False})
+    return dask.config.set({
+        "distributed.worker.profile.enabled": False,
+        # Each worker runs dask_setup below when it starts: it ignores SIGINT.
+        "distributed.worker.preload": [__name__],
+    })
+
+
+def dask_setup(worker: object) -> None:
+    """Dask preload hook, run in each worker of a local cluster: ignore the terminal's SIGINT.
+
+    Ctrl-C reaches the whole foreground process group; this process stops
+    the cluster itself, and a worker that raised ``KeyboardInterrupt`` would
+    print a traceback (and could lose its attempt before the run stops).
+    """
+    with contextlib.suppress(ValueError):  # the worker's loop runs in its main thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _children_stderr_silenced() -> Iterator[None]:
+    """While a local cluster starts: its worker processes get /dev/null as their stderr.
+
+    Until ``dask_setup`` runs, a starting worker still takes SIGINT as
+    ``KeyboardInterrupt``, and would print a traceback of its imports. Its
+    logs are silenced anyway (``silence_logs``); what a worker finds goes
+    back to the driver as a note. This process's own stderr is restored when
+    the start is over (nothing is printed meanwhile).
+    """
+    try:
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _local_cluster(workers: int) -> Any:
