@@ -10,7 +10,8 @@ ADR-0008):
 1. ``certification_problem`` of the exact candidate frame (pure);
 2. ``plan_verification(certification_spec(...))``: an assurance request
    authored by the search run's session (``search-run:<run_id>``), bound to
-   the candidate, the problem digest and the check digest;
+   the candidate, the problem digest, the check digest and the check's
+   content digest (ADR-0019);
 3. a fresh attempt directory ``work_dir/<attempt_id>/`` (absent or empty;
    never reused): ``repository/certification.smt2`` (the problem),
    ``manifest.json`` (the pinned entry, loaded back strictly), and ``run/``
@@ -61,6 +62,7 @@ from kernel.external import (
     RunLimits,
     RunOutcome,
     Status,
+    content_digest,
     identity_object,
     load_manifest,
     run_check,
@@ -198,6 +200,11 @@ class ExternalCertifier:
         """The digest of the approved entry (its identity object); pins are not hashed here."""
         return digest(identity_object(self.entry))
 
+    @property
+    def check_content_digest(self) -> str:
+        """The entry's content digest: its pins by SHA-256 and role, no path (ADR-0019)."""
+        return content_digest(self.entry)
+
     def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
         """One certification item for ``state``, or ``()`` (with a logged note)."""
         return self.task_for(state).gather()
@@ -239,6 +246,7 @@ class ExternalCertifier:
                 author_session=author_session(task.run_id),
                 problem=problem,
                 check_digest=check_digest,
+                check_content_digest=self.check_content_digest,
             )
         )
         if isinstance(plan, Rejection):
