@@ -67,6 +67,7 @@ from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
     RUN_ID,
     CertifierSetupError,
+    EvidenceStore,
     ExecutorKind,
     ExecutorSetupError,
     ExecutorSpec,
@@ -391,6 +392,12 @@ def register(app: typer.Typer) -> None:
         connect_timeout: Annotated[float, typer.Option(
             "--connect-timeout", metavar="SECONDS",
             help="How long to try reaching --scheduler before refusing.")] = 10.0,
+        evidence_store: Annotated[Path | None, typer.Option(
+            "--evidence-store", metavar="DIR",
+            help="Evidence store shared by runs (created if absent; off by default): "
+                 "a certification problem already stored for this check skips its "
+                 "producer, the checker still runs. Outcomes are the same with or "
+                 "without it.")] = None,
     ) -> None:
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on, (FailOn.UNAVAILABLE,))
@@ -425,7 +432,8 @@ def register(app: typer.Typer) -> None:
             else:
                 _create_work_dir(root, _state(identity, total))
             certifier = ExternalCertifier(
-                root, entry, RunLimits(deadline, deadline), default_environment()
+                root, entry, RunLimits(deadline, deadline), default_environment(),
+                store=None if evidence_store is None else EvidenceStore(evidence_store),
             )
             log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
             logger.addHandler(handler)

@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
     )
     from kernel.orchestrate._certifier import (
         CERTIFICATION_RECORD,
+        EVIDENCE_SOURCE,
         RUN_ID,
         CertificationTask,
         ExternalCertifier,
@@ -70,6 +71,14 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         producer_session,
     )
     from kernel.orchestrate._driver import gather_safely, replay_bundle, replay_requests
+    from kernel.orchestrate._evidence_store import (
+        EvidenceStore,
+        Hit,
+        InsertResult,
+        Miss,
+        MissReason,
+        store_key,
+    )
     from kernel.orchestrate._executors import (
         MAX_WORKERS,
         ExecutorKind,
@@ -130,6 +139,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         (
             "CERTIFICATION_RECORD",
+            "EVIDENCE_SOURCE",
             "CertificationTask",
             "ExternalCertifier",
             "RUN_ID",
@@ -138,6 +148,17 @@ _LAZY: dict[str, str] = {
             "producer_session",
         ),
         "kernel.orchestrate._certifier",
+    ),
+    **dict.fromkeys(
+        (
+            "EvidenceStore",
+            "Hit",
+            "InsertResult",
+            "Miss",
+            "MissReason",
+            "store_key",
+        ),
+        "kernel.orchestrate._evidence_store",
     ),
     **dict.fromkeys(
         (
@@ -217,13 +238,19 @@ __all__ = [
     "CertifierSetupError",
     "CertificationTask",
     "CertifierTools",
+    "EVIDENCE_SOURCE",
     "EvidenceProvider",
+    "EvidenceStore",
     "EvidenceTask",
     "ExecutorKind",
     "ExecutorSetupError",
     "ExecutorSpec",
     "ExternalCertifier",
+    "Hit",
+    "InsertResult",
     "MAX_WORKERS",
+    "Miss",
+    "MissReason",
     "NoEvidence",
     "OrchestrateError",
     "PAYLOAD_TYPE",
@@ -252,5 +279,6 @@ __all__ = [
     "replay_bundle",
     "replay_requests",
     "report_document",
+    "store_key",
     "verify_attestation",
 ]

@@ -43,10 +43,24 @@ Rules:
   ran the attempt.
 - Deadlines, the child environment and the work directory are fields of the
   certifier, given by the caller.
+- With an evidence ``store`` (``_evidence_store``, ADR-0019), step 3 first
+  looks up the key of (the check's content digest, the problem digest): a
+  hit whose every artifact holds its recorded digest is written into the
+  run's ``evidence/`` by the kernel and the producer does not run; the
+  currently pinned checker still runs on it with a fresh request. A miss
+  (absent, or corrupt: reported and moved aside) runs both steps, and the
+  evidence of a PASS is inserted. ``work_dir/<attempt_id>/evidence-source.json``
+  records which: ``{"evidence": "produced"|"reused", "insert": ..., "key":
+  ..., "lookup": "off"|"hit"|<miss reason>}``; ``insert`` is ``conflict``
+  when the store already held other artifacts for the same key (the producer
+  is not deterministic; the stored ones are kept, never mixed in). The
+  outcome never depends on it (ADR-0019: the closing reason names the
+  certification by content).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Mapping
@@ -69,7 +83,8 @@ from kernel.external import (
     seal_job,
 )
 from kernel.frames import ProblemFrame
-from kernel.identity import JsonValue, digest
+from kernel.identity import JsonValue, canonical_json, digest
+from kernel.orchestrate._evidence_store import EvidenceStore, Hit, InsertResult, store_key
 from kernel.orchestrate._tools import CERTIFY_SPECIFICATION
 from kernel.organs import (
     CERTIFICATION_BACKEND,
@@ -104,6 +119,7 @@ LOG: Final = logging.getLogger("kernel.orchestrate")
 _WORK_DIR_MARK: Final = "<work-dir>"
 RUN_ID: Final = "run"
 CERTIFICATION_RECORD: Final = "certification.json"
+EVIDENCE_SOURCE: Final = "evidence-source.json"
 
 
 def author_session(run_id: str) -> str:
@@ -194,6 +210,10 @@ class ExternalCertifier:
     entry: CheckEntry = attrs.field(validator=attrs.validators.instance_of(CheckEntry))
     limits: RunLimits = attrs.field(validator=attrs.validators.instance_of(RunLimits))
     environment: tuple[tuple[str, str], ...] = attrs.field(converter=_environment)
+    store: EvidenceStore | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(EvidenceStore)),
+    )
 
     @property
     def check_digest(self) -> str:
@@ -294,7 +314,24 @@ class ExternalCertifier:
             entry.check_id,
             f"{TARGET_CERTIFIED} for candidate {candidate_digest}",
         )
-        return run_check(
+        key = store_key(self.check_content_digest, problem_digest(problem))
+        source: dict[str, JsonValue] = {"evidence": "produced", "insert": None, "key": key}
+        supplied: dict[str, bytes] | None = None
+        if self.store is None:
+            source["lookup"] = "off"
+        else:
+            found = self.store.load(key, entry.evidence_artifacts)
+            if isinstance(found, Hit):
+                supplied, source["lookup"], source["evidence"] = found.evidence, "hit", "reused"
+            else:
+                source["lookup"] = found.reason.value
+                if found.corrupt:
+                    LOG.warning(
+                        "attempt %s: evidence store entry %s is corrupt (%s: %s); "
+                        "producing the evidence again",
+                        attempt_id[:16], key[:16], found.reason.value, found.detail,
+                    )
+        outcome = run_check(
             entry,
             job,
             repository_root=repository,
@@ -303,6 +340,36 @@ class ExternalCertifier:
             run_id=RUN_ID,
             limits=self.limits,
             environment=dict(self.environment),
+            supplied_evidence=supplied,
+        )
+        if self.store is not None and supplied is None and outcome.status is Status.PASS:
+            inserted = self._insert(key, problem_digest(problem), outcome)
+            source["insert"] = inserted.value
+            if inserted is InsertResult.CONFLICT:
+                LOG.warning(
+                    "attempt %s: the producer's evidence differs from the stored evidence "
+                    "for the same problem and check (nondeterministic producer); "
+                    "the stored evidence is kept",
+                    attempt_id[:16],
+                )
+        (attempt / EVIDENCE_SOURCE).write_bytes(canonical_json(source) + b"\n")
+        return outcome
+
+    def _insert(self, key: str, problem_sha: str, outcome: RunOutcome) -> InsertResult:
+        """The evidence of a PASS into the store, each artifact read back against its digest."""
+        assert self.store is not None
+        evidence = Path(outcome.attempt_dir) / "evidence"
+        artifacts: dict[str, bytes] = {}
+        for recorded in outcome.metadata.checked.artifacts:
+            data = (evidence / recorded.path).read_bytes()
+            if hashlib.sha256(data).hexdigest() != recorded.sha256:
+                return InsertResult.FAILED
+            artifacts[recorded.path] = data
+        return self.store.insert(
+            key,
+            check_content_digest=self.check_content_digest,
+            specification_digest=problem_sha,
+            artifacts=artifacts,
         )
 
     def _fresh_attempt_dir(self, attempt_id: str) -> Path:
