@@ -124,6 +124,10 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class _TooLong(OSError):
+    """Internal: a file holds more bytes than it may."""
+
+
 def _read_regular(path: Path, limit: int) -> bytes:
     """At most ``limit`` bytes of a regular file, never through a symlink; OSError else."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -132,7 +136,7 @@ def _read_regular(path: Path, limit: int) -> bytes:
             raise OSError(f"{path.name} is not a regular file")
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise OSError(f"{path.name} exceeds {limit} bytes")
+        raise _TooLong(f"{path.name} exceeds {limit} bytes")
     return data
 
 
@@ -204,6 +208,8 @@ class EvidenceStore:
         for name, size, sha in listed:
             try:
                 data = _read_regular(artifacts_dir / name, min(size, _MAX_ARTIFACT_BYTES))
+            except _TooLong as exc:
+                return Miss(key, MissReason.ARTIFACT_SIZE, f"{name}: {exc}")
             except OSError as exc:
                 return Miss(key, MissReason.ARTIFACT_UNREADABLE, f"{name}: {exc}")
             if len(data) != size:
