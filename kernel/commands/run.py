@@ -111,6 +111,14 @@ nothing run, and a certification counts only when its run's metadata and
 checker receipt give it again under the run-time receipt rules; a line that
 differs is refused, exit 3).
 
+Evidence store (--evidence-store DIR, off by default; ADR 0019): evidence
+kept by content (the check's pins by SHA-256, the problem's digest) and
+shared by runs. A stored problem skips its producer; the pinned checker
+still runs on the stored evidence with a fresh request. Every stored byte is
+checked against its digest; a corrupt entry is a noted miss. Outcomes are
+the same with or without it; DIR/<attempt_id>/evidence-source.json says
+whether the evidence was produced or reused.
+
 Example: kernel run bundle.json --work-dir runs/1 -o out/outcomes.jsonl
 
 Executors (--executor): inline (default) certifies one attempt after the
