@@ -135,7 +135,7 @@ examples-external: $(STAMP) sandbox-tools  ## run the SMT (z3 -> cvc5) and SAT (
 # Side-by-side benchmarks (bench/): variants interleaved over many rounds,
 # reported as ratios with their spread; results are kept in BENCHMARKS.md.
 .PHONY: bench
-bench: $(STAMP) sandbox-tools  ## issue 10's seven targets side by side, one table of ratios (< 15 min; BENCHMARKS.md)
+bench: $(STAMP) sandbox-tools  ## issue 10's seven targets and issue 21's store target side by side, one table of ratios (~25 min; BENCHMARKS.md)
 	@mkdir -p build
 	$(BIN)/python -m bench --targets --markdown --json build/bench-targets.json
 

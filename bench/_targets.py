@@ -1,6 +1,6 @@
-"""The seven targets of issue 10, each a ratio measured side by side in one run.
+"""The targets of issue 10 (1-7) and issue 21 (8), each a ratio measured side by side in one run.
 
-    python -m bench --targets                 # make bench: all seven, one summary table
+    python -m bench --targets                 # make bench: all eight, one summary table
     python -m bench --targets --only 3,4      # some of them
     python -m bench --targets --quick         # small sizes: checks the wiring, not the targets
     python -m bench --targets --json out.json --markdown   # machine-readable, BENCHMARKS.md rows
@@ -24,7 +24,11 @@ Each target is measured by the module that owns it, through its entry point:
    serial, a process pool and a local Dask cluster of 2 workers, 2 rounds;
    the 1/2/4-worker curve is ``make bench-parallel``, 3 full rounds, because
    one round of all seven variants takes 4-6 minutes on the loaded machine);
-7. start-up: ``bench._startup`` (``kernel --version`` against ``python -c pass``).
+7. start-up: ``bench._startup`` (``kernel --version`` against ``python -c pass``);
+8. the evidence store (issue 21): ``bench._store.compare`` (200 real
+   certifications, half repeating an earlier problem: no store against a
+   fresh store, 8a, and against a re-run on the store it left, 8b; wall and
+   CPU ratios within one round).
 
 A ratio is always formed within one round (or one run, for the CPU of a
 single process), never across runs; the load average is recorded with every
@@ -84,7 +88,8 @@ class Settings:
     curve_rounds: int = 0  # 6: of which also 1 and 4 workers (make bench-parallel: all 3)
     curve: tuple[int, ...] = (1, 2, 4)
     quick: bool = False
-    only: frozenset[int] = field(default_factory=lambda: frozenset(range(1, 8)))
+    only: frozenset[int] = field(default_factory=lambda: frozenset(range(1, 9)))
+    store_rounds: int = 1  # 8: none, store, rerun
 
 
 QUICK: Final = Settings(
@@ -434,6 +439,41 @@ def startup(settings: Settings, say: Callable[[str], None]) -> list[Row]:
     return rows
 
 
+# --- 8: the evidence store (issue 21) ----------------------------------------------------
+
+
+def store(settings: Settings, say: Callable[[str], None]) -> list[Row]:
+    from bench._store import compare
+
+    n = settings.attempts
+    first = f"8a evidence store, {n} real certifications, half repeating (none / store)"
+    again = f"8b evidence store, re-run of the {n} on the warm store (none / rerun)"
+    found = compare(n, settings.store_rounds, say=lambda line: say(f"  {line}"))
+    if found.void:
+        return [
+            _row(8, first, ">= 1.6", None, False, "void", (found.void,)),
+            _row(8, again, ">= 2", None, False, "void", (found.void,)),
+        ]
+    rows = []
+    for prefix, label, bound in (("store", first, 1.6), ("rerun", again, 2.0)):
+        wall = statistics.median(found.ratios[f"{prefix} wall"])
+        cpu = statistics.median(found.ratios[f"{prefix} cpu"])
+        notes = (
+            f"wall {wall:.2f}x, CPU {cpu:.2f}x (this process and its reaped children)",
+            *(
+                f"{name}: wall {', '.join(f'{t.wall:.1f}' for t in ts)} s; "
+                f"CPU {', '.join(f'{t.cpu:.1f}' for t in ts)} s; reused "
+                f"{', '.join(str(t.reused) for t in ts)}"
+                for name, ts in found.timings.items()
+            ),
+        )
+        rows.append(
+            _row(8, label, f">= {bound}", wall, wall >= bound, f"{wall:.2f}x wall, {cpu:.2f}x CPU",
+                 notes)
+        )  # fmt: skip
+    return rows
+
+
 # --- the run -----------------------------------------------------------------------------
 
 # Cheap first; the long CPU-bound streams last (their ratio is of CPU, least load-sensitive).
@@ -445,6 +485,7 @@ MEASURES: Final[
     (frozenset({3}), replay_floor),
     (frozenset({5}), external),
     (frozenset({6}), parallel),
+    (frozenset({8}), store),
     (frozenset({1, 2}), streams),
 )
 

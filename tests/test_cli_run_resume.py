@@ -197,12 +197,14 @@ def _reseal_certification(attempt: Path, metadata: RunMetadata) -> VerificationR
     """certification.json sealed again, as the certifier seals it, over ``metadata``."""
     stored = loads((attempt / "certification.json").read_bytes(), CertificationEvidence)
     request = stored.request
-    check = {s.name: s.value for s in request.command_configuration.settings}["check-digest"]
+    settings = {s.name: s.value for s in request.command_configuration.settings}
+    check = settings["check-digest"]
     plan = plan_verification(certification_spec(
         candidate_digest=request.candidate.digest,
         author_session=request.candidate.author_session,
         problem=(attempt / "repository" / "certification.smt2").read_text(),
         check_digest=check,
+        check_content_digest=settings["check-content-digest"],
     ))
     assert isinstance(plan, VerificationPlan)
     output = backend_output(

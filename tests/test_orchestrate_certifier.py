@@ -59,6 +59,7 @@ from kernel.replay import (
 from kernel.serde import dumps, loads
 from kernel.verification import Role, Status
 from tests.orchestrate_helpers import certifier, e2e_bundle, shipped_entry
+from tests.support import reference
 from tests.support.reference import sha
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leftovers")]
@@ -184,7 +185,24 @@ def test_the_certified_result_binds_the_sealed_receipt(
     assert isinstance(proofs, ProofsReplayed)
     certified = proofs.outcomes[2]
     assert certified.status is ProofStatus.CLOSED
-    assert certified.reason_codes == (f"receipt:{receipt_id}",)
+    # It names what was certified by content (ADR-0019), not the receipt: the
+    # content digest is recomputed from the stored manifest entry's JSON.
+    attempt_dir = tmp_path / "work" / replay_input.attempt_id
+    manifest = json.loads((attempt_dir / "manifest.json").read_text())
+    (entry,) = manifest["checks"]
+    settings = {s.name: s.value for s in evidence.request.command_configuration.settings}
+    assert settings["check-content-digest"] == reference.check_content_digest(entry)
+    assert settings["check-digest"] == receipt.backend_version
+    problem_sha = reference.sha256_file(
+        tmp_path / "work" / replay_input.attempt_id / "repository" / "certification.smt2"
+    )
+    assert certified.reason_codes == (
+        "certified:"
+        + reference.certification_digest(
+            replay_input.candidate_digest, problem_sha, reference.check_content_digest(entry)
+        ),
+    )
+    assert receipt_id not in certified.reason_codes[0]
     outcome_doc = json.loads(dumps(certified))
     del outcome_doc["explanation"]
     outcome_doc["proof_outcome_id"] = ""

@@ -91,6 +91,7 @@ OTHER_CANDIDATE = "cd" * 32
 AUTHOR = "session-author"
 TESTER = "session-tester"
 CHECK = hashlib.sha256(b"vkit-smt: z3 produces, cvc5 re-decides").hexdigest()
+CONTENT = hashlib.sha256(b"the same check, its pins by content").hexdigest()
 TESTER_RUN = Producer(Role.TEST_ENGINEER, TESTER)
 
 # --- the tests' own hasher (shared with the verification tests) ------------------
@@ -230,7 +231,11 @@ def plan_for(
     text = certification_problem(frame) if problem is None else problem
     assert text is not None
     spec = certification_spec(
-        candidate_digest=candidate, author_session=AUTHOR, problem=text, check_digest=check
+        candidate_digest=candidate,
+        author_session=AUTHOR,
+        problem=text,
+        check_digest=check,
+        check_content_digest=CONTENT,
     )
     plan = plan_verification(attrs.evolve(spec, **changes))
     assert isinstance(plan, VerificationPlan), plan
@@ -493,7 +498,11 @@ def test_certification_spec_binds_every_field_and_defaults_nothing() -> None:
     text = certification_problem(story())
     assert text is not None
     spec = certification_spec(
-        candidate_digest=CANDIDATE, author_session=AUTHOR, problem=text, check_digest=CHECK
+        candidate_digest=CANDIDATE,
+        author_session=AUTHOR,
+        problem=text,
+        check_digest=CHECK,
+        check_content_digest=CONTENT,
     )
     assert spec == VerificationSpec(
         candidate=Candidate(CANDIDATE, AUTHOR),
@@ -505,6 +514,7 @@ def test_certification_spec_binds_every_field_and_defaults_nothing() -> None:
         command_configuration=CommandConfiguration(
             "check-smt",
             (
+                Setting("check-content-digest", CONTENT),
                 Setting("check-digest", CHECK),
                 Setting("problem-digest", hashlib.sha256(text.encode()).hexdigest()),
             ),
@@ -515,9 +525,25 @@ def test_certification_spec_binds_every_field_and_defaults_nothing() -> None:
     )
     with pytest.raises(TypeError):
         certification_spec(candidate_digest=CANDIDATE, author_session=AUTHOR, problem=text)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        certification_spec(  # type: ignore[call-arg]
+            candidate_digest=CANDIDATE, author_session=AUTHOR, problem=text, check_digest=CHECK
+        )
     with pytest.raises(ValueError, match="check_digest"):
         certification_spec(
-            candidate_digest=CANDIDATE, author_session=AUTHOR, problem=text, check_digest="v1.2"
+            candidate_digest=CANDIDATE,
+            author_session=AUTHOR,
+            problem=text,
+            check_digest="v1.2",
+            check_content_digest=CONTENT,
+        )
+    with pytest.raises(ValueError, match="check_content_digest"):
+        certification_spec(
+            candidate_digest=CANDIDATE,
+            author_session=AUTHOR,
+            problem=text,
+            check_digest=CHECK,
+            check_content_digest="/usr/bin/python3",
         )
 
 
@@ -539,13 +565,18 @@ def test_the_certification_spec_plans_to_the_documented_argv() -> None:
         "--claim-id=arithmetic.target_certified",
         "--claim-level=source",
         f"--claim={CERTIFICATION_STATEMENT}",
+        f"--check-content-digest={CONTENT}",
         f"--check-digest={CHECK}",
         f"--problem-digest={hashlib.sha256(text.encode()).hexdigest()}",
         "--",
     )
     assert plan.request.request_id == _request_id(plan.request)
     spec = certification_spec(
-        candidate_digest=CANDIDATE, author_session=AUTHOR, problem=text, check_digest=CHECK
+        candidate_digest=CANDIDATE,
+        author_session=AUTHOR,
+        problem=text,
+        check_digest=CHECK,
+        check_content_digest=CONTENT,
     )
     other = attrs.evolve(
         spec,
@@ -571,12 +602,22 @@ def test_the_evidence_document_is_the_canonical_json_of_request_and_receipt() ->
 # --- the authority ------------------------------------------------------------------------
 
 
-def test_eligible_evidence_closes_with_the_receipt_id() -> None:
+def certified(frame: ProblemFrame, candidate: str = CANDIDATE) -> str:
+    """The closing reason code, recomputed independently (ADR-0019)."""
+    text = certification_problem(frame)
+    assert text is not None
+    problem_sha = hashlib.sha256(text.encode()).hexdigest()
+    return "certified:" + reference.certification_digest(candidate, problem_sha, CONTENT)
+
+
+def test_eligible_evidence_closes_with_the_certification_digest() -> None:
     frame = story()
     evidence, receipt = valid_item(frame)
     outcome = prove(frame, evidence)
     assert outcome.status is ProofStatus.CLOSED
-    assert outcome.reason_codes == (f"receipt:{_receipt_id(receipt)}",)
+    assert outcome.reason_codes == (certified(frame),)
+    # The receipt (which binds the path-bearing check digest) is not named.
+    assert _receipt_id(receipt) not in outcome.reason_codes[0]
     assert (outcome.obligation_ref, outcome.authority_id, outcome.authority_version) == (
         TARGET_CERTIFIED,
         TARGET_CERTIFIED,
@@ -689,7 +730,31 @@ def test_a_receipt_for_another_check_refuses() -> None:
         _configured(frame, attrs.evolve(base, arguments=("problem.smt2",))),
         # a check digest that is no digest
         _configured(
-            frame, attrs.evolve(base, settings=(Setting("check-digest", "z3"), problem_setting))
+            frame,
+            attrs.evolve(
+                base,
+                settings=(
+                    Setting("check-content-digest", CONTENT),
+                    Setting("check-digest", "z3"),
+                    problem_setting,
+                ),
+            ),
+        ),
+        # a check content digest that is no digest, or none at all
+        _configured(
+            frame,
+            attrs.evolve(
+                base,
+                settings=(
+                    Setting("check-content-digest", "/opt/venv/bin/python"),
+                    Setting("check-digest", CHECK),
+                    problem_setting,
+                ),
+            ),
+        ),
+        _configured(
+            frame,
+            attrs.evolve(base, settings=(Setting("check-digest", CHECK), problem_setting)),
         ),
     ]
     for plan in plans:
@@ -797,10 +862,9 @@ def test_every_certification_item_must_be_eligible() -> None:
     second = item(plan.request, second_receipt)
     closed = prove(frame, first, second, first)
     assert closed.status is ProofStatus.CLOSED
-    assert closed.reason_codes == (
-        f"receipt:{r1.receipt_id}",
-        f"receipt:{second_receipt.receipt_id}",
-    )
+    # Two receipts of one certification name it once: what was certified is the same.
+    assert r1.receipt_id != second_receipt.receipt_id
+    assert closed.reason_codes == (certified(frame),)
     inconclusive, _ = valid_item(frame, verdict="unknown")
     refused_with(
         prove(frame, first, raw(b"{}"), inconclusive, raw(b"")),
@@ -808,7 +872,7 @@ def test_every_certification_item_must_be_eligible() -> None:
         "gate:status_inconclusive",
     )
     ignored = attrs.evolve(inconclusive, media_type="text/plain")
-    assert prove(frame, ignored, first).reason_codes == (f"receipt:{r1.receipt_id}",)
+    assert prove(frame, ignored, first).reason_codes == (certified(frame),)
 
 
 def test_reason_codes_are_the_documented_vocabulary() -> None:
@@ -886,6 +950,7 @@ def orchestrate(chain: SearchChain) -> tuple[ProofEvidence, VerificationReceipt]
         author_session=AUTHOR,
         problem=text,
         check_digest=CHECK,
+        check_content_digest=CONTENT,
     )
     plan = plan_verification(spec)
     assert isinstance(plan, VerificationPlan)
@@ -906,7 +971,7 @@ def orchestrate(chain: SearchChain) -> tuple[ProofEvidence, VerificationReceipt]
 
 def test_replay_with_certification_evidence_closes_contract_and_proof() -> None:
     chain = certified_chain()
-    evidence, receipt = orchestrate(chain)
+    evidence, _ = orchestrate(chain)
     result = replay_attempt(replay_request(chain), CERTIFIED_MANIFEST, (evidence,))
     assert isinstance(result, ReplayAdapterResult), result
     assert result.replay_disposition is ReplayDisposition.CONTRACT_AND_PROOF_CLOSED
@@ -922,7 +987,7 @@ def test_replay_with_certification_evidence_closes_contract_and_proof() -> None:
         "authority_version": "v1",
         "candidate_digest": result.candidate_digest,
         "status": "closed",
-        "reason_codes": [f"receipt:{_receipt_id(receipt)}"],
+        "reason_codes": [certified(frame, result.candidate_digest)],
         "evidence_spans": [{"start": b.span.start, "end": b.span.end} for b in frame.bindings],
     }
     assert result.proof_replay_refs[-1] == sha(expected_outcome)

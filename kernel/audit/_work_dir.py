@@ -4,7 +4,9 @@ Per attempt: its external run (``audit_external``, the receipt rules
 included), the certification's request and receipt ids, the receipt's
 evidence digest against the run's metadata, that an accepting certification
 comes from a run whose metadata says PASS (and only from one), the digests
-the request names, and the stored manifest entry against the run's identity.
+the request names (the check's content digest recomputed from the stored
+manifest entry, ADR-0019), and the stored manifest entry against the run's
+identity.
 
 ``derive_certification`` is that audit for one attempt on its own: the
 certification counts only if its attempt audits intact. ``kernel run
@@ -29,14 +31,17 @@ from kernel.audit._store import (
     Auditor,
     Unreadable,
     field_of,
+    read_bounded,
     sha256_file,
 )
-from kernel.external import RunOutcome, Status
+from kernel.external import Manifest, RunOutcome, Status, content_digest
 from kernel.identity import digest
 from kernel.orchestrate import CERTIFICATION_RECORD, backend_output
 from kernel.organs import (
+    CHECK_CONTENT_SETTING,
     CertificationEvidence,
 )
+from kernel.serde import SerdeError, loads
 from kernel.verification import Status as ReceiptStatus
 from kernel.verification import receipt_id_of, request_id_of
 
@@ -103,6 +108,12 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
     a.compare(record, "check-digest", check, metadata.checked.check_digest)
     a.compare(
         record,
+        CHECK_CONTENT_SETTING,
+        settings.get(CHECK_CONTENT_SETTING),
+        _stored_content_digest(attempt, metadata.run.check_id),
+    )
+    a.compare(
+        record,
         "problem-digest (run)",
         settings.get("problem-digest"),
         metadata.checked.specification_digest,
@@ -134,6 +145,20 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
             receipt.status.value, metadata.decision.status.value,
         )  # fmt: skip
     return evidence
+
+
+def _stored_content_digest(attempt: Path, check_id: str) -> str | None:
+    """The content digest of the stored manifest's entry for the run's check, if readable.
+
+    An unreadable or malformed manifest copy is ``_audit_manifest_copy``'s
+    finding; here it recomputes nothing, so the comparison fails too.
+    """
+    try:
+        manifest = loads(read_bounded(attempt / "manifest.json"), Manifest)
+    except (Unreadable, SerdeError):
+        return None
+    entries = [e for e in manifest.checks if e.check_id == check_id]
+    return content_digest(entries[0]) if len(entries) == 1 else None
 
 
 def derive_certification(

@@ -72,6 +72,7 @@ from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
     RUN_ID,
     CertifierSetupError,
+    EvidenceStore,
     ExecutorKind,
     ExecutorSetupError,
     ExecutorSpec,
@@ -115,6 +116,14 @@ outcome is first derived again from the bundle and the stored certification,
 nothing run, and a certification counts only when its run's metadata and
 checker receipt give it again under the run-time receipt rules; a line that
 differs is refused, exit 3).
+
+Evidence store (--evidence-store DIR, off by default; ADR 0019): evidence
+kept by content (the check's pins by SHA-256, the problem's digest) and
+shared by runs. A stored problem skips its producer; the pinned checker
+still runs on the stored evidence with a fresh request. Every stored byte is
+checked against its digest; a corrupt entry is a noted miss. Outcomes are
+the same with or without it; DIR/<attempt_id>/evidence-source.json says
+whether the evidence was produced or reused.
 
 Example: kernel run bundle.json --work-dir runs/1 -o out/outcomes.jsonl
 
@@ -469,6 +478,12 @@ def register(app: typer.Typer) -> None:
         connect_timeout: Annotated[float, typer.Option(
             "--connect-timeout", metavar="SECONDS",
             help="How long to try reaching --scheduler before refusing.")] = 10.0,
+        evidence_store: Annotated[Path | None, typer.Option(
+            "--evidence-store", metavar="DIR",
+            help="Evidence store shared by runs (created if absent; off by default): "
+                 "a certification problem already stored for this check skips its "
+                 "producer, the checker still runs. Outcomes are the same with or "
+                 "without it.")] = None,
     ) -> None:
         _check_utf8_work_dir(work_dir)
         chosen = resolve_output(out, output_format)
@@ -509,7 +524,8 @@ def register(app: typer.Typer) -> None:
             else:
                 _create_work_dir(root, _state(identity, total))
             certifier = ExternalCertifier(
-                root, entry, RunLimits(deadline, deadline), default_environment()
+                root, entry, RunLimits(deadline, deadline), default_environment(),
+                store=None if evidence_store is None else EvidenceStore(evidence_store),
             )
             log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
             kept = stack.enter_context((root / BUNDLE_PARTIAL).open("wb"))

@@ -14,7 +14,13 @@ and ``kernel.serde``; nothing pure imports it.
 
 from kernel.external._closure import ClosureError, PinClosure, pin_closure
 from kernel.external._contain import ContainmentLevel, available_level
-from kernel.external._identity import CheckIdentity, check_identity, identity_object
+from kernel.external._identity import (
+    CheckIdentity,
+    check_identity,
+    content_digest,
+    content_identity_object,
+    identity_object,
+)
 from kernel.external._job import Job, job_digest_of, load_job, read_job, seal_job
 from kernel.external._manifest import (
     PLACEHOLDERS,
@@ -110,6 +116,8 @@ __all__ = [
     "Verdict",
     "available_level",
     "check_identity",
+    "content_digest",
+    "content_identity_object",
     "default_environment",
     "expand_argv",
     "identity_object",

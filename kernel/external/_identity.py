@@ -10,6 +10,15 @@ Rules (seed 003, "Command identity" and "Checker receipt"):
 - the identity is built only after every pin holds (``check_identity``
   raises ``PinMismatchError`` otherwise); a receipt must carry this object
   exactly, compared as canonical bytes so ``true`` never equals ``1``.
+
+The content identity (ADR-0019) is the same entry with every pin named by
+its content: each pin's path is dropped and its SHA-256 kept, in its role
+(the executable, the dependencies in order, the trusted tools as a sorted
+list of digests), and each argv token that is exactly the path of one of
+the command's pins becomes ``{{pin:<sha256>}}``. Two installs whose pinned
+files have the same bytes at different absolute paths have the same content
+identity and different identities(check). ``content_digest`` is its
+canonical digest; it never replaces the check digest in a seed 003 record.
 """
 
 from __future__ import annotations
@@ -18,21 +27,25 @@ from typing import Final, final
 
 import attrs
 
-from kernel.external._manifest import CheckEntry, Pin
+from kernel.external._manifest import CheckEntry, Command, Pin
 from kernel.external._pins import verify_pins
 from kernel.identity import JsonValue, canonical_json, sha256_hex
 from kernel.serde import unstructure
 
 __all__ = [
+    "CONTENT_IDENTITY_VERSION",
     "IDENTITY_VERSION",
     "CheckIdentity",
     "all_pins",
     "check_identity",
+    "content_digest",
+    "content_identity_object",
     "identity_object",
     "identity_of",
 ]
 
 IDENTITY_VERSION: Final = 1
+CONTENT_IDENTITY_VERSION: Final = 1
 
 
 @final
@@ -75,3 +88,28 @@ def identity_of(entry: CheckEntry) -> CheckIdentity:
     value = identity_object(entry)
     canonical = canonical_json(value)
     return CheckIdentity(entry.check_id, canonical, sha256_hex(canonical), value)
+
+
+def _content_command(command: Command) -> JsonValue:
+    by_path = {pin.path: pin.sha256 for pin in command.pins()}
+    return {
+        "argv": [f"{{{{pin:{by_path[t]}}}}}" if t in by_path else t for t in command.argv],
+        "dependencies": [pin.sha256 for pin in command.dependencies],
+        "executable": command.executable.sha256,
+        "trusted_tool_dependencies": sorted(p.sha256 for p in command.trusted_tool_dependencies),
+    }
+
+
+def content_identity_object(entry: CheckEntry) -> JsonValue:
+    """The entry with its pins named by content, no absolute path kept (pure; ADR-0019)."""
+    body = identity_object(entry)
+    assert isinstance(body, dict)
+    body.pop("identity_version")
+    body["producer"] = _content_command(entry.producer)
+    body["checker"] = _content_command(entry.checker)
+    return {"content_identity_version": CONTENT_IDENTITY_VERSION, **body}
+
+
+def content_digest(entry: CheckEntry) -> str:
+    """The canonical digest of ``content_identity_object(entry)``."""
+    return sha256_hex(canonical_json(content_identity_object(entry)))

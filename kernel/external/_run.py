@@ -42,6 +42,7 @@ from pathlib import Path
 
 from kernel.external._contain import ContainmentLevel
 from kernel.external._files import StopWhen, list_digest, write_atomic, write_json_atomic
+from kernel.external._identity import CheckIdentity
 from kernel.external._job import Job
 from kernel.external._manifest import CheckEntry
 from kernel.external._outcome import Reason, RunKind, RunOutcome
@@ -82,8 +83,17 @@ def run_check(
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
     max_containment: ContainmentLevel | None = None,
+    supplied_evidence: Mapping[str, bytes] | None = None,
 ) -> RunOutcome:
     """Run the producer and the checker of ``entry`` for ``job`` in a fresh directory.
+
+    With ``supplied_evidence`` (the artifacts a content-addressed store kept
+    for this check and specification, ADR-0019) the producer does not run:
+    the kernel writes exactly those bytes into ``evidence/``, the metadata
+    records no producer (``producer`` and ``producer_request_sha256`` None),
+    and everything after (the evidence hash, the checker with a fresh
+    request, the receipt rules) is a run's. Its names must be exactly the
+    entry's ``evidence_artifacts`` (``ValueError`` before anything is made).
 
     Returns PASS only for an accepting valid receipt, else BLOCKED with a
     ``Reason``. Raises ``RunDirectoryError`` if ``run_root/run_id`` cannot be
@@ -92,6 +102,10 @@ def run_check(
     level available (at most ``max_containment``); a check requiring more ends
     BLOCKED ``containment_unavailable`` before anything runs.
     """
+    if supplied_evidence is not None and sorted(supplied_evidence) != sorted(
+        entry.evidence_artifacts
+    ):
+        raise ValueError("supplied evidence must name exactly the declared artifacts")
     require_utf8_path(os.path.abspath(manifest_path), "manifest path")
     require_utf8_path(os.path.abspath(repository_root), "repository root")
     limits = limits_for(entry, limits)
@@ -118,37 +132,12 @@ def run_check(
         if progress is not None:
             progress(Stage.SNAPSHOT_READY)
         attempt.evidence.mkdir()
-        producer_dir = attempt.role_dir(Role.PRODUCER)
-        producer_dir.mkdir()
-        request = write_json_atomic(
-            producer_dir / "request.json",
-            request_object(Role.PRODUCER, RunKind.RUN, entry, job, identity, rec, attempt),
-        )
-        rec.producer_request_sha256 = sha256_hex(request)
-        if progress is not None:
-            progress(Stage.PRODUCER_LAUNCH)
         # The producer's deadline also bounds the hash of the evidence it left.
         stop = StopWhen.within(limits.producer_timeout_seconds, cancel)
-        try:
-            rec.producer = launch(
-                Role.PRODUCER,
-                entry,
-                attempt,
-                timeout_seconds=limits.producer_timeout_seconds,
-                limits=limits,
-                environment=environment,
-                cancel=cancel,
-                containment=containment,
-                recheck=entry.producer.pins(),
-            )
-        except Block as block:
-            rec.producer = block.summary
-            raise
-        if progress is not None:
-            progress(Stage.PRODUCER_EXITED)
-        verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the producer")
-        if attempt.role_dir(Role.CHECKER).exists() or attempt.role_dir(Role.CHECKER).is_symlink():
-            raise Block(Reason.RUN_DIR_TAMPERED, "checker/ appeared while the producer ran")
+        if supplied_evidence is not None:
+            _write_supplied(attempt.evidence, supplied_evidence)
+        else:
+            produce(identity, containment)
         rec.artifacts = hash_evidence(
             attempt.evidence,
             entry.evidence_artifacts,
@@ -172,4 +161,45 @@ def run_check(
             containment=containment,
         )
 
+    def produce(identity: CheckIdentity, containment: ContainmentLevel) -> None:
+        producer_dir = attempt.role_dir(Role.PRODUCER)
+        producer_dir.mkdir()
+        request = write_json_atomic(
+            producer_dir / "request.json",
+            request_object(Role.PRODUCER, RunKind.RUN, entry, job, identity, rec, attempt),
+        )
+        rec.producer_request_sha256 = sha256_hex(request)
+        if progress is not None:
+            progress(Stage.PRODUCER_LAUNCH)
+        try:
+            rec.producer = launch(
+                Role.PRODUCER,
+                entry,
+                attempt,
+                timeout_seconds=limits.producer_timeout_seconds,
+                limits=limits,
+                environment=environment,
+                cancel=cancel,
+                containment=containment,
+                recheck=entry.producer.pins(),
+            )
+        except Block as block:
+            rec.producer = block.summary
+            raise
+        if progress is not None:
+            progress(Stage.PRODUCER_EXITED)
+        verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the producer")
+        if attempt.role_dir(Role.CHECKER).exists() or attempt.role_dir(Role.CHECKER).is_symlink():
+            raise Block(Reason.RUN_DIR_TAMPERED, "checker/ appeared while the producer ran")
+
     return finish(rec, attempt, body)
+
+
+def _write_supplied(evidence: Path, artifacts: Mapping[str, bytes]) -> None:
+    """The kernel, not a step, writes stored evidence (a step never writes the store)."""
+    for name, data in sorted(artifacts.items()):
+        target = evidence / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on first use
     from kernel.orchestrate._certifier import (
         CERTIFICATION_RECORD,
+        EVIDENCE_SOURCE,
         RUN_ID,
         CertificationTask,
         ExternalCertifier,
@@ -45,6 +46,14 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         producer_session,
     )
     from kernel.orchestrate._driver import gather_safely, replay_bundle, replay_requests
+    from kernel.orchestrate._evidence_store import (
+        EvidenceStore,
+        Hit,
+        InsertResult,
+        Miss,
+        MissReason,
+        store_key,
+    )
     from kernel.orchestrate._executors import (
         MAX_WORKERS,
         ExecutorKind,
@@ -74,6 +83,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         (
             "CERTIFICATION_RECORD",
+            "EVIDENCE_SOURCE",
             "CertificationTask",
             "ExternalCertifier",
             "RUN_ID",
@@ -82,6 +92,17 @@ _LAZY: dict[str, str] = {
             "producer_session",
         ),
         "kernel.orchestrate._certifier",
+    ),
+    **dict.fromkeys(
+        (
+            "EvidenceStore",
+            "Hit",
+            "InsertResult",
+            "Miss",
+            "MissReason",
+            "store_key",
+        ),
+        "kernel.orchestrate._evidence_store",
     ),
     **dict.fromkeys(
         (
@@ -155,13 +176,19 @@ __all__ = [
     "CertifierSetupError",
     "CertificationTask",
     "CertifierTools",
+    "EVIDENCE_SOURCE",
     "EvidenceProvider",
+    "EvidenceStore",
     "EvidenceTask",
     "ExecutorKind",
     "ExecutorSetupError",
     "ExecutorSpec",
     "ExternalCertifier",
+    "Hit",
+    "InsertResult",
     "MAX_WORKERS",
+    "Miss",
+    "MissReason",
     "NoEvidence",
     "OrchestrateError",
     "RUN_ID",
@@ -176,4 +203,5 @@ __all__ = [
     "producer_session",
     "replay_bundle",
     "replay_requests",
+    "store_key",
 ]

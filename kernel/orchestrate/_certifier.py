@@ -10,7 +10,8 @@ ADR-0008):
 1. ``certification_problem`` of the exact candidate frame (pure);
 2. ``plan_verification(certification_spec(...))``: an assurance request
    authored by the search run's session (``search-run:<run_id>``), bound to
-   the candidate, the problem digest and the check digest;
+   the candidate, the problem digest, the check digest and the check's
+   content digest (ADR-0019);
 3. a fresh attempt directory ``work_dir/<attempt_id>/`` (absent or empty;
    never reused): ``repository/certification.smt2`` (the problem),
    ``manifest.json`` (the pinned entry, loaded back strictly), and ``run/``
@@ -42,10 +43,24 @@ Rules:
   ran the attempt.
 - Deadlines, the child environment and the work directory are fields of the
   certifier, given by the caller.
+- With an evidence ``store`` (``_evidence_store``, ADR-0019), step 3 first
+  looks up the key of (the check's content digest, the problem digest): a
+  hit whose every artifact holds its recorded digest is written into the
+  run's ``evidence/`` by the kernel and the producer does not run; the
+  currently pinned checker still runs on it with a fresh request. A miss
+  (absent, or corrupt: reported and moved aside) runs both steps, and the
+  evidence of a PASS is inserted. ``work_dir/<attempt_id>/evidence-source.json``
+  records which: ``{"evidence": "produced"|"reused", "insert": ..., "key":
+  ..., "lookup": "off"|"hit"|<miss reason>}``; ``insert`` is ``conflict``
+  when the store already held other artifacts for the same key (the producer
+  is not deterministic; the stored ones are kept, never mixed in). The
+  outcome never depends on it (ADR-0019: the closing reason names the
+  certification by content).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Mapping
@@ -61,13 +76,15 @@ from kernel.external import (
     RunLimits,
     RunOutcome,
     Status,
+    content_digest,
     identity_object,
     load_manifest,
     run_check,
     seal_job,
 )
 from kernel.frames import ProblemFrame
-from kernel.identity import JsonValue, digest
+from kernel.identity import JsonValue, canonical_json, digest
+from kernel.orchestrate._evidence_store import EvidenceStore, Hit, InsertResult, store_key
 from kernel.orchestrate._tools import CERTIFY_SPECIFICATION
 from kernel.organs import (
     CERTIFICATION_BACKEND,
@@ -102,6 +119,7 @@ LOG: Final = logging.getLogger("kernel.orchestrate")
 _WORK_DIR_MARK: Final = "<work-dir>"
 RUN_ID: Final = "run"
 CERTIFICATION_RECORD: Final = "certification.json"
+EVIDENCE_SOURCE: Final = "evidence-source.json"
 
 
 def author_session(run_id: str) -> str:
@@ -192,11 +210,20 @@ class ExternalCertifier:
     entry: CheckEntry = attrs.field(validator=attrs.validators.instance_of(CheckEntry))
     limits: RunLimits = attrs.field(validator=attrs.validators.instance_of(RunLimits))
     environment: tuple[tuple[str, str], ...] = attrs.field(converter=_environment)
+    store: EvidenceStore | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(EvidenceStore)),
+    )
 
     @property
     def check_digest(self) -> str:
         """The digest of the approved entry (its identity object); pins are not hashed here."""
         return digest(identity_object(self.entry))
+
+    @property
+    def check_content_digest(self) -> str:
+        """The entry's content digest: its pins by SHA-256 and role, no path (ADR-0019)."""
+        return content_digest(self.entry)
 
     def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
         """One certification item for ``state``, or ``()`` (with a logged note)."""
@@ -239,6 +266,7 @@ class ExternalCertifier:
                 author_session=author_session(task.run_id),
                 problem=problem,
                 check_digest=check_digest,
+                check_content_digest=self.check_content_digest,
             )
         )
         if isinstance(plan, Rejection):
@@ -286,7 +314,24 @@ class ExternalCertifier:
             entry.check_id,
             f"{TARGET_CERTIFIED} for candidate {candidate_digest}",
         )
-        return run_check(
+        key = store_key(self.check_content_digest, problem_digest(problem))
+        source: dict[str, JsonValue] = {"evidence": "produced", "insert": None, "key": key}
+        supplied: dict[str, bytes] | None = None
+        if self.store is None:
+            source["lookup"] = "off"
+        else:
+            found = self.store.load(key, entry.evidence_artifacts)
+            if isinstance(found, Hit):
+                supplied, source["lookup"], source["evidence"] = found.evidence, "hit", "reused"
+            else:
+                source["lookup"] = found.reason.value
+                if found.corrupt:
+                    LOG.warning(
+                        "attempt %s: evidence store entry %s is corrupt (%s: %s); "
+                        "producing the evidence again",
+                        attempt_id[:16], key[:16], found.reason.value, found.detail,
+                    )
+        outcome = run_check(
             entry,
             job,
             repository_root=repository,
@@ -295,6 +340,36 @@ class ExternalCertifier:
             run_id=RUN_ID,
             limits=self.limits,
             environment=dict(self.environment),
+            supplied_evidence=supplied,
+        )
+        if self.store is not None and supplied is None and outcome.status is Status.PASS:
+            inserted = self._insert(key, problem_digest(problem), outcome)
+            source["insert"] = inserted.value
+            if inserted is InsertResult.CONFLICT:
+                LOG.warning(
+                    "attempt %s: the producer's evidence differs from the stored evidence "
+                    "for the same problem and check (nondeterministic producer); "
+                    "the stored evidence is kept",
+                    attempt_id[:16],
+                )
+        (attempt / EVIDENCE_SOURCE).write_bytes(canonical_json(source) + b"\n")
+        return outcome
+
+    def _insert(self, key: str, problem_sha: str, outcome: RunOutcome) -> InsertResult:
+        """The evidence of a PASS into the store, each artifact read back against its digest."""
+        assert self.store is not None
+        evidence = Path(outcome.attempt_dir) / "evidence"
+        artifacts: dict[str, bytes] = {}
+        for recorded in outcome.metadata.checked.artifacts:
+            data = (evidence / recorded.path).read_bytes()
+            if hashlib.sha256(data).hexdigest() != recorded.sha256:
+                return InsertResult.FAILED
+            artifacts[recorded.path] = data
+        return self.store.insert(
+            key,
+            check_content_digest=self.check_content_digest,
+            specification_digest=problem_sha,
+            artifacts=artifacts,
         )
 
     def _fresh_attempt_dir(self, attempt_id: str) -> Path:

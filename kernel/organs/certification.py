@@ -9,7 +9,7 @@ never runs anything. It
    ``unsat`` iff every answer target has exactly one value;
 2. names the assurance run the orchestrator must plan for it
    (``certification_spec``: backend ``vkit-smt``, operation ``check-smt``,
-   settings ``check-digest`` and ``problem-digest``);
+   settings ``check-content-digest``, ``check-digest`` and ``problem-digest``);
 3. judges, in ``prove_target_certified``, the request and the sealed
    verification receipt the orchestrator hands back as ``ProofEvidence``
    (``CERTIFICATION_MEDIA_TYPE``, document ``kernel.serde.dumps`` of a
@@ -32,19 +32,25 @@ Rules:
   (``no_certification_evidence``). Otherwise every certification item is
   judged, in order, and all of them must be eligible (fail closed): any
   refusal refuses the obligation with every item's reasons, each once, in
-  order. If all are eligible the obligation closes with ``receipt:<id>`` per
-  item, so the replay result's id binds each receipt through the proof
-  outcome id.
+  order. If all are eligible the obligation closes with
+  ``certified:<certification digest>`` per item, each once (ADR-0019): the
+  digest of what was certified by content (the candidate, the claim, the
+  problem digest and the check's content digest), so the replay result's id
+  binds each certification through the proof outcome id, and is the same
+  wherever the pinned tools are installed. The receipt, which binds the
+  check digest and so the tools' absolute paths (seed 003), is checked
+  here and kept for the audit, but its id is not an outcome's.
 - Checks per item, in order (first failure wins): the document structures
   strictly; the request and receipt ids recompute; the request is for
   ``TARGET_CERTIFIED`` with this module's claim; it runs ``check-smt`` on
-  ``vkit-smt`` with exactly the settings ``check-digest`` (a digest) and
-  ``problem-digest`` and no arguments, and the receipt's backend version is
-  that check digest; its ``problem-digest`` is the digest of this candidate's
-  problem; its terms are the certification spec's (assurance stage and
-  authority, VERIFIED expected, required, requested by a Test Engineer); then
-  ``evaluate_gate`` against the current candidate (author session from the
-  request, empty repair history) must be eligible.
+  ``vkit-smt`` with exactly the settings ``check-content-digest`` and
+  ``check-digest`` (digests) and ``problem-digest`` and no arguments, and the
+  receipt's backend version is that check digest; its ``problem-digest`` is
+  the digest of this candidate's problem; its terms are the certification
+  spec's (assurance stage and authority, VERIFIED expected, required,
+  requested by a Test Engineer); then ``evaluate_gate`` against the current
+  candidate (author session from the request, empty repair history) must be
+  eligible.
 - The authority never raises and never reports a computed value.
 """
 
@@ -58,7 +64,7 @@ from typing import Final, assert_never, final
 import attrs
 
 from kernel.frames import ProblemFrame, Relation
-from kernel.identity import IdentityError, check_domain, int_text, is_digest
+from kernel.identity import IdentityError, check_domain, digest, int_text, is_digest
 from kernel.organs.arithmetic import Operator, assess
 from kernel.replay import (
     ProofAuthority,
@@ -96,12 +102,15 @@ __all__ = [
     "CERTIFICATION_MEDIA_TYPE",
     "CERTIFICATION_OPERATION",
     "CERTIFICATION_STATEMENT",
+    "CERTIFIED_PREFIX",
+    "CHECK_CONTENT_SETTING",
     "CHECK_DIGEST_SETTING",
     "PROBLEM_DIGEST_SETTING",
     "TARGET_CERTIFIED",
     "TARGET_CERTIFIED_AUTHORITY",
     "CertificationEvidence",
     "CertificationReason",
+    "certification_digest",
     "certification_problem",
     "certification_spec",
     "problem_digest",
@@ -122,12 +131,15 @@ CERTIFICATION_CLAIM: Final = Claim(
 )
 # Setting names follow the verification records' ``[a-z][a-z0-9-]*`` rule.
 CHECK_DIGEST_SETTING: Final = "check-digest"
+CHECK_CONTENT_SETTING: Final = "check-content-digest"
+CERTIFIED_PREFIX: Final = "certified:"
+_CERTIFICATION_DIGEST_VERSION: Final = 1
 PROBLEM_DIGEST_SETTING: Final = "problem-digest"
 _HEADER: Final = "; replay-kernel arithmetic.target_certified v1"
 
 
 class CertificationReason(Enum):
-    """Stable reason codes of ``prove_target_certified`` (besides ``gate:``/``receipt:``)."""
+    """Stable reason codes of ``prove_target_certified`` (besides ``gate:``/``certified:``)."""
 
     NO_EVIDENCE = "no_certification_evidence"
     MALFORMED = "certification_evidence_malformed"
@@ -228,16 +240,46 @@ def certification_problem(frame: ProblemFrame) -> str | None:
 # --- the assurance spec -------------------------------------------------------------
 
 
+def certification_digest(
+    *, candidate_digest: str, problem_sha: str, check_content_digest: str
+) -> str:
+    """The digest a closed certification is named by: what was certified, by content.
+
+    Canonical digest of ``{"candidate", "certification_version", "check_content_digest",
+    "claim_id", "problem_digest", "status": "verified"}`` (ADR-0019); no path,
+    no session, no run record enters it.
+    """
+    return digest(
+        {
+            "candidate": candidate_digest,
+            "certification_version": _CERTIFICATION_DIGEST_VERSION,
+            "check_content_digest": check_content_digest,
+            "claim_id": TARGET_CERTIFIED,
+            "problem_digest": problem_sha,
+            "status": "verified",
+        }
+    )
+
+
 def certification_spec(
-    *, candidate_digest: str, author_session: str, problem: str, check_digest: str
+    *,
+    candidate_digest: str,
+    author_session: str,
+    problem: str,
+    check_digest: str,
+    check_content_digest: str,
 ) -> VerificationSpec:
     """The assurance run the orchestrator plans for ``problem`` on this candidate.
 
-    Raises ``ValueError`` when ``check_digest`` is not a SHA-256 hex digest (or,
+    ``check_digest`` is the pinned entry's seed 003 check digest (absolute
+    paths included), ``check_content_digest`` its content digest (ADR-0019).
+    Raises ``ValueError`` when either is not a SHA-256 hex digest (or,
     through the records, when the candidate fields are invalid).
     """
     if not is_digest(check_digest):
         raise ValueError("check_digest must be a lowercase hex SHA-256 digest")
+    if not is_digest(check_content_digest):
+        raise ValueError("check_content_digest must be a lowercase hex SHA-256 digest")
     if type(problem) is not str:
         raise TypeError("problem must be str")
     return VerificationSpec(
@@ -247,16 +289,21 @@ def certification_spec(
         stage=Stage.ASSURANCE,
         authority=Authority.ASSURANCE,
         expected_result=Status.VERIFIED,
-        command_configuration=_configuration(problem_digest(problem), check_digest),
+        command_configuration=_configuration(
+            problem_digest(problem), check_digest, check_content_digest
+        ),
         activation=Activation.REQUIRED,
         requested_by=Role.TEST_ENGINEER,
     )
 
 
-def _configuration(problem_sha: str, check_digest: str) -> CommandConfiguration:
+def _configuration(
+    problem_sha: str, check_digest: str, check_content_digest: str
+) -> CommandConfiguration:
     return CommandConfiguration(
         operation=CERTIFICATION_OPERATION,
         settings=(
+            Setting(CHECK_CONTENT_SETTING, check_content_digest),
             Setting(CHECK_DIGEST_SETTING, check_digest),
             Setting(PROBLEM_DIGEST_SETTING, problem_sha),
         ),
@@ -268,7 +315,7 @@ def _configuration(problem_sha: str, check_digest: str) -> CommandConfiguration:
 
 
 def _judge(item: ProofEvidence, problem: str, context: ProofContext) -> str:
-    """One certification item's single reason code (``receipt:<id>`` when eligible)."""
+    """One certification item's single reason code (``certified:<digest>`` when eligible)."""
     try:
         evidence = loads(item.document, CertificationEvidence)
     except SerdeError:
@@ -281,12 +328,15 @@ def _judge(item: ProofEvidence, problem: str, context: ProofContext) -> str:
     configuration = request.command_configuration
     settings = {s.name: s.value for s in configuration.settings}
     check = settings.get(CHECK_DIGEST_SETTING, "")
+    content = settings.get(CHECK_CONTENT_SETTING, "")
     if (
         request.backend != CERTIFICATION_BACKEND
         or configuration.operation != CERTIFICATION_OPERATION
-        or sorted(settings) != [CHECK_DIGEST_SETTING, PROBLEM_DIGEST_SETTING]
+        or sorted(settings)
+        != [CHECK_CONTENT_SETTING, CHECK_DIGEST_SETTING, PROBLEM_DIGEST_SETTING]
         or configuration.arguments
         or not is_digest(check)
+        or not is_digest(content)
         or receipt.backend_version != check
     ):
         return CertificationReason.NOT_FOR_THIS_CHECK.value
@@ -297,6 +347,7 @@ def _judge(item: ProofEvidence, problem: str, context: ProofContext) -> str:
         author_session=request.candidate.author_session,
         problem=problem,
         check_digest=check,
+        check_content_digest=content,
     )
     if (
         request.stage,
@@ -315,7 +366,11 @@ def _judge(item: ProofEvidence, problem: str, context: ProofContext) -> str:
     decision = evaluate_gate(receipt, request, expected.candidate, RepairHistory((), ()))
     if decision.reason is not None:
         return f"gate:{decision.reason.value}"
-    return f"receipt:{receipt.receipt_id}"
+    return CERTIFIED_PREFIX + certification_digest(
+        candidate_digest=context.candidate_digest,
+        problem_sha=problem_digest(problem),
+        check_content_digest=content,
+    )
 
 
 def _unique(codes: Sequence[str]) -> tuple[str, ...]:
@@ -328,8 +383,9 @@ def prove_target_certified(context: ProofContext) -> ProofOutcome:
     UNAVAILABLE (``no_certification_evidence``) without a certification item;
     REFUSED when any item fails a check of the module docstring (its code, or
     ``gate:<GateReason>``), or when the frame has no problem
-    (``certification_frame_not_runnable``); CLOSED with ``receipt:<id>`` per
-    item otherwise. Evidence spans are always the frame's binding spans, in order.
+    (``certification_frame_not_runnable``); CLOSED with ``certified:<digest>``
+    per distinct certification otherwise. Evidence spans are always the
+    frame's binding spans, in order.
     """
     frame = context.candidate_frame
     items = [
@@ -343,7 +399,7 @@ def prove_target_certified(context: ProofContext) -> ProofOutcome:
     if problem is None:
         return _seal(context, ProofStatus.REFUSED, (CertificationReason.FRAME_NOT_RUNNABLE.value,))
     codes = [_judge(item, problem, context) for item in items]
-    refused = [c for c in codes if not c.startswith("receipt:")]
+    refused = [c for c in codes if not c.startswith(CERTIFIED_PREFIX)]
     if refused:
         return _seal(context, ProofStatus.REFUSED, _unique(refused))
     return _seal(context, ProofStatus.CLOSED, _unique(codes))

@@ -287,3 +287,36 @@ def proof_outcome_id(o: Any) -> str:
         "reason_codes": list(o.reason_codes),
         "evidence_spans": spans(o.evidence_spans),
     })
+
+
+def certification_digest(candidate: str, problem_sha256: str, check_content_digest: str) -> str:
+    """The digest a closed certification's reason names (ADR-0019), written out here."""
+    return sha({
+        "candidate": candidate,
+        "certification_version": 1,
+        "check_content_digest": check_content_digest,
+        "claim_id": "arithmetic.target_certified",
+        "problem_digest": problem_sha256,
+        "status": "verified",
+    })
+
+
+def _content_command(command: dict[str, Any]) -> dict[str, Any]:
+    pins = [command["executable"], *command["dependencies"], *command["trusted_tool_dependencies"]]
+    by_path = {p["path"]: p["sha256"] for p in pins}
+    return {
+        "argv": ["{{pin:" + by_path[t] + "}}" if t in by_path else t for t in command["argv"]],
+        "dependencies": [p["sha256"] for p in command["dependencies"]],
+        "executable": command["executable"]["sha256"],
+        "trusted_tool_dependencies": sorted(
+            p["sha256"] for p in command["trusted_tool_dependencies"]
+        ),
+    }
+
+
+def check_content_digest(entry: dict[str, Any]) -> str:
+    """A manifest entry's content digest (ADR-0019) from its JSON: pins by SHA-256, no path."""
+    body = {k: v for k, v in entry.items() if v is not None}
+    body["producer"] = _content_command(entry["producer"])
+    body["checker"] = _content_command(entry["checker"])
+    return sha({"content_identity_version": 1, **body})
