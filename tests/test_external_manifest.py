@@ -41,7 +41,7 @@ def test_public_api_is_exact_and_alphabetical() -> None:
         "RECEIPT_FIELDS", "Reason", "ReceiptCheck", "ReceiptExpectation",
         "RunDirectoryError", "RunIdentity", "RunKind", "RunLimits", "RunMetadata", "RunOutcome",
         "RunRecordError", "Stage", "Status", "StepLimits", "StepView", "Verdict",
-        "available_level", "check_identity",
+        "available_level", "check_identity", "content_digest", "content_identity_object",
         "default_environment", "expand_argv", "identity_object", "job_digest_of", "load_job",
         "load_manifest", "parse_manifest", "pin_closure", "read_job", "read_run_metadata",
         "reason_for", "recorded_expectation", "replay_run",

@@ -36,7 +36,7 @@ from kernel.audit._store import (
 )
 from kernel.external import Manifest, RunOutcome, Status, content_digest
 from kernel.identity import digest
-from kernel.orchestrate import CERTIFICATION_RECORD, backend_output
+from kernel.orchestrate import CERTIFICATION_RECORD, EVIDENCE_SOURCE, backend_output
 from kernel.organs import (
     CHECK_CONTENT_SETTING,
     CertificationEvidence,
@@ -222,7 +222,9 @@ WORK_OUTCOMES: Final = "outcomes.jsonl"
 INTERRUPTED: Final = "INTERRUPTED"
 _TOP_LEVEL: Final = frozenset({RUN_STATE, WORK_OUTCOMES, BUNDLE_COPY, BUNDLE_STREAM_COPY,
                                ATTESTATION_FILE, SUMMARY_FILE, INTERRUPTED})
-_ATTEMPT_ENTRIES: Final = frozenset({"run", "repository", "manifest.json", CERTIFICATION_RECORD})
+_ATTEMPT_ENTRIES: Final = frozenset(
+    {"run", "repository", "manifest.json", CERTIFICATION_RECORD, EVIDENCE_SOURCE}
+)
 _ATTEMPT_NAME: Final = re.compile(r"[0-9a-f]{64}")
 
 
