@@ -291,3 +291,21 @@ def test_an_external_run_directory_is_attested_with_its_status(
         "audit", run_dir, "--verify-key", public, "--attestation", tmp_path / "run.dsse.json"
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_signed_outcomes_file_verifies_under_another_name(
+    work: tuple[Path, Path], keys: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    # Issue 20: the same bytes under another name were "pass the outcomes file
+    # with --outcomes", though they were passed. The digest decides, not the name.
+    work_dir, outcomes = work
+    private, public, _ = keys
+    _attest(work_dir, outcomes, private)
+    renamed = tmp_path / "renamed.jsonl"
+    shutil.copyfile(outcomes, renamed)
+    code, report = _verify(work_dir, renamed, public)
+    assert code == 0, report
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(outcomes.read_bytes().replace(b"contract_refused", b"contract_closed", 1))
+    code, report = _verify(work_dir, edited, public)
+    assert code == 3, report
