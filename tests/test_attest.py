@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # re-exported without __all__
 
 from tests.orchestrate_helpers import stored_main_job
-from tests.support.cli import kernel
+from tests.support.cli import KERNEL_MAIN, kernel
 from tests.test_external_helpers import Scenario
 
 PREDICATE = "urn:replay-kernel:predicate:run-outcomes:v1"
@@ -309,3 +311,16 @@ def test_a_signed_outcomes_file_verifies_under_another_name(
     edited.write_bytes(outcomes.read_bytes().replace(b"contract_refused", b"contract_closed", 1))
     code, report = _verify(work_dir, edited, public)
     assert code == 3, report
+
+
+def test_audit_reads_the_outcomes_copy_from_stdin(work: tuple[Path, Path]) -> None:
+    # Issue 20: '-' is stdin wherever a document is read; `--outcomes -` was
+    # stdin_not_supported. The lines from stdin are audited like a named copy.
+    work_dir, outcomes = work
+    argv = [sys.executable, "-c", KERNEL_MAIN, "audit", str(work_dir), "--outcomes", "-"]
+    honest = subprocess.run(argv, input=outcomes.read_bytes(), capture_output=True, timeout=120)
+    assert honest.returncode == 0, honest.stdout + honest.stderr
+    edited = outcomes.read_bytes().replace(b"contract_refused", b"contract_closed", 1)
+    forged = subprocess.run(argv, input=edited, capture_output=True, timeout=120)
+    assert forged.returncode == 3, forged.stdout + forged.stderr
+    assert b"Traceback" not in forged.stderr

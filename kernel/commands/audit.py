@@ -8,7 +8,11 @@ operator's, named on the command line.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, assert_never
 
@@ -26,7 +30,13 @@ from kernel.audit import (
     summary_path,
     verify_attestation,
 )
-from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
+from kernel.commands._io import (
+    is_stdio,
+    read_document,
+    refuse,
+    refuse_a_stream,
+    refuse_stdio,
+)
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.identity import canonical_json
 from kernel.replay import ReplayBundle
@@ -101,7 +111,8 @@ def register(app: typer.Typer) -> None:
         run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="The stored run.")],
         outcomes: Annotated[Path | None, typer.Option(
             "--outcomes", metavar="FILE",
-            help="Another copy of the outcome lines of this work directory (kernel run -o); "
+            help="Another copy of the outcome lines of this work directory (kernel run -o; "
+                 "'-' reads them from stdin); "
                  "its own outcomes.jsonl is always audited.")] = None,
         bundle: Annotated[Path | None, typer.Option(
             "--bundle", metavar="FILE",
@@ -118,8 +129,25 @@ def register(app: typer.Typer) -> None:
             "--format", help="text (one line per mismatch and a verdict) or json.")
         ] = OutputFormat.TEXT,
     ) -> None:
-        refuse_stdio(RUN_DIR=run_dir, outcomes=outcomes, verify_key=verify_key,
-                     attestation=attestation)
+        refuse_stdio(RUN_DIR=run_dir, verify_key=verify_key, attestation=attestation)
+        with contextlib.ExitStack() as stack:
+            if outcomes is not None and is_stdio(outcomes):
+                # '-' is stdin, as for every document (README): the lines are kept
+                # in a private file for the audit, which reads them by path.
+                folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+                outcomes = folder / "outcomes-from-stdin.jsonl"
+                with outcomes.open("wb") as kept:
+                    shutil.copyfileobj(sys.stdin.buffer, kept)
+            _audit(run_dir, outcomes, bundle, verify_key, attestation, output_format)
+
+    def _audit(
+        run_dir: Path,
+        outcomes: Path | None,
+        bundle: Path | None,
+        verify_key: Path | None,
+        attestation: Path | None,
+        output_format: OutputFormat,
+    ) -> None:
         loaded = None
         if bundle is not None:
             refuse_a_stream(bundle, "kernel audit --bundle reads a single-document bundle "
