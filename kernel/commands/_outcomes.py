@@ -179,8 +179,11 @@ class Emitter:
         if self._file is not None:
             self._file.discard()  # not committed: an error or an interrupt
 
-    def add(self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome) -> None:
-        line = outcome_line(index, attempt_id, outcome)
+    def add(self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome,
+            line: bytes | None = None) -> None:
+        """One outcome; ``line`` is its outcome line when a worker already encoded it."""
+        if line is None:
+            line = outcome_line(index, attempt_id, outcome)
         if self._file is not None:
             self._file.write(line)
         if self._stdout_lines:
