@@ -247,6 +247,9 @@ def replay_sharded(
             manifest = builtin_manifest()
             for index, attempt_id, outcome, line in runner.run(shards):
                 emitter.add(index, attempt_id, outcome, line)
+            if runner.restarts and not quiet:
+                typer.echo(f"note: a worker process died; the shards it had not returned were "
+                           f"run again ({runner.restarts} time(s))", err=True)
             for item in shards.tail:  # attempt lines missing at the end of the stream
                 outcome, _ = classify_item(item, manifest, None)
                 emitter.add(item.attempt_index, item.attempt_id, outcome)

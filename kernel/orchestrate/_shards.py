@@ -43,7 +43,9 @@ import contextlib
 import hashlib
 import multiprocessing
 import os
+import pickle
 import signal
+import tempfile
 import threading
 import time
 from collections import deque
@@ -256,9 +258,21 @@ def classify_shard(
     return prepared.classify(shard)
 
 
-def _initialize(shared: SharedRun) -> None:
+def _initialize(path: str, token: str) -> None:
+    """A pool worker's start: read the shared part from ``path`` and prepare it once.
+
+    It is read from a file, not passed as an initializer argument: the spawn
+    start method writes those arguments into a pipe that the parent keeps
+    open at both ends until it has written them all, so a worker killed while
+    starting would leave the parent blocked forever on a shared part larger
+    than the pipe's buffer. The bytes must give the token the caller named.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops the workers
-    _prepared(shared)
+    with open(path, "rb") as handle:
+        layout, lines = pickle.load(handle)  # a file this run wrote, in a 0700 directory
+    if layout not in ("stream", "document") or _token(layout, lines) != token:
+        raise ValueError(f"{path}: not the shared part this run wrote")
+    _prepared(SharedRun(layout, lines, token))
 
 
 # --- the runners -------------------------------------------------------------------
@@ -306,16 +320,48 @@ class _ProcessShards(ShardRunner):
     def __init__(self, shared: SharedRun, workers: int, in_flight: int | None) -> None:
         super().__init__(workers, in_flight)
         self._shared = shared
-        self._pool = self._start()
+        self._directory = tempfile.mkdtemp(prefix="kernel-shards-")  # mode 0700
+        self._path = os.path.join(self._directory, "shared.pickle")
+        try:
+            with open(self._path, "xb") as handle:
+                pickle.dump((shared.layout, shared.lines), handle, pickle.HIGHEST_PROTOCOL)
+            self._pool = self._start()
+        except BaseException:
+            self._remove()
+            raise
 
     def _start(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_initialize, initargs=(self._shared,),
-        )
+        """A pool whose workers are all started now, each with SIGINT ignored from birth.
+
+        A spawned interpreter keeps an ignored SIGINT ignored, so a terminal's
+        Ctrl-C, which reaches the whole group, cannot interrupt a worker that
+        is still importing (and print its traceback) before its initializer
+        runs. SIGINT is ignored here only while the workers are spawned (one
+        no-op task each: the pool spawns a worker per submit while none is
+        idle); a Ctrl-C in that window of a few milliseconds is not seen.
+        """
+        with _sigint_ignored():
+            pool = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_initialize, initargs=(self._path, self._shared.token),
+            )
+            for _ in range(self.workers):
+                pool.submit(os.getpid)
+        return pool
+
+    def _remove(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self._path)
+        with contextlib.suppress(OSError):
+            os.rmdir(self._directory)
 
     def _submit(self, shard: Shard) -> Future[Any]:
-        return self._pool.submit(classify_shard, None, shard)
+        try:
+            return self._pool.submit(classify_shard, None, shard)
+        except BrokenProcessPool as exc:  # a worker died since: taken (and re-run) in order
+            future: Future[Any] = Future()
+            future.set_exception(exc)
+            return future
 
     def _take(self, handle: Any, pending: deque[tuple[Shard, Any]]) -> tuple[
         tuple[str | None, ReplayAdapterOutcome, bytes], ...
@@ -345,10 +391,13 @@ class _ProcessShards(ShardRunner):
                 raise ShardError("shard_failed", f"{type(exc).__name__}: {exc}") from exc
 
     def close(self, *, failed: bool) -> None:
-        if failed:
-            stop_pool(self._pool)
-        else:
-            self._pool.shutdown(wait=True)
+        try:
+            if failed:
+                stop_pool(self._pool)
+            else:
+                self._pool.shutdown(wait=True)
+        finally:
+            self._remove()
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
@@ -374,6 +423,19 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
             join = getattr(process, "join", None)
             if callable(join):
                 join(STOP_SECONDS)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: the workers inherit what it has
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _signal(process: object, signum: signal.Signals) -> None:
