@@ -83,8 +83,10 @@ class Settings:
     parallel_rounds: int = 2  # 6: serial, process x2, dask x2
     curve_rounds: int = 0  # 6: of which also 1 and 4 workers (make bench-parallel: all 3)
     curve: tuple[int, ...] = (1, 2, 4)
+    sharded_attempts: int = 100_000  # 8: serial, --workers 2, dask 2 (one round: ~8 min)
+    sharded_rounds: int = 1
     quick: bool = False
-    only: frozenset[int] = field(default_factory=lambda: frozenset(range(1, 8)))
+    only: frozenset[int] = field(default_factory=lambda: frozenset(range(1, 9)))
 
 
 QUICK: Final = Settings(
@@ -95,6 +97,7 @@ QUICK: Final = Settings(
     attempts=12,
     parallel_rounds=1,
     curve_rounds=0,
+    sharded_attempts=1_000,
     quick=True,
 )
 
@@ -433,6 +436,36 @@ def startup(settings: Settings, say: Callable[[str], None]) -> list[Row]:
     return rows
 
 
+# --- 8: sharded replay (issue 22) --------------------------------------------------------
+
+
+def sharded(settings: Settings, say: Callable[[str], None]) -> list[Row]:
+    from bench._sharded import compare, ratios
+
+    size = settings.sharded_attempts
+    pool = f"8a kernel replay --workers 2, {size:,} attempts (serial / sharded wall)"
+    dask = f"8b kernel replay --executor dask --workers 2, {size:,} attempts (serial / dask wall)"
+    try:
+        samples = compare(size, settings.sharded_rounds, say=lambda line: say(f"  {line}"))
+    except SystemExit as exc:  # outputs differed, or a kernel process failed
+        why = str(exc.code)
+        return [_row(8, pool, ">= 1.8", None, False, "void", (why,)),
+                _row(8, dask, ">= 1.6", None, False, "void", (why,))]
+    found = ratios(samples)
+    notes = (
+        *(f"round {s.round + 1} {s.variant}: {s.wall_s:.1f} s wall, {s.cpu_s:.1f} s CPU "
+          f"(process tree), peak {s.peak_rss_kib / 1024:.0f} MiB, load {s.load}"
+          for s in samples),
+        "outputs compared with serial's byte for byte (cmp): equal",
+    )
+    rows = []
+    for name, label, bound in (("workers 2", pool, 1.8), ("dask 2", dask, 1.6)):
+        value, _ = found[name]
+        rows.append(_row(8, label, f">= {bound}", value, value >= bound, f"{value:.2f}x", notes))
+        notes = ()
+    return rows
+
+
 # --- the run -----------------------------------------------------------------------------
 
 # Cheap first; the long CPU-bound streams last (their ratio is of CPU, least load-sensitive).
@@ -445,6 +478,7 @@ MEASURES: Final[
     (frozenset({5}), external),
     (frozenset({6}), parallel),
     (frozenset({1, 2}), streams),
+    (frozenset({8}), sharded),
 )
 
 
