@@ -69,6 +69,12 @@ selected --fail-on class; 2 usage error or bundle refused at the boundary
 invalid_replay_input: the input is not what the run recorded); 130/143
 interrupted (no outcome file written); 141 stdout closed early.
 
+Workers: --workers N classifies the attempts in shards on N local processes,
+--executor dask on a Dask cluster (--scheduler ADDRESS, or a local one of
+--workers); the run goes to each worker once, and the output bytes are the
+serial ones, in run order. A worker that dies has its shards run again;
+past three deaths the run fails closed: exit 2 worker_lost, no outcome file.
+
 Example: kernel replay bundle.json -o out/outcomes.jsonl --fail-on blocked
 """
 
