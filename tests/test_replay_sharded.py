@@ -310,3 +310,21 @@ def test_a_real_cluster_with_a_worker_killed_mid_run_writes_the_serial_bytes(
     assert process.returncode == 0, stderr
     assert first + rest == serial[1000]
     assert running.workers[0].wait(10) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(("options", "code"), [
+    (("--workers", "0"), "invalid_worker_count"),
+    (("--workers", "two"), "invalid_worker_count"),
+    (("--executor", "inline", "--workers", "2"), "option_conflict"),
+    (("--executor", "threads"), "unknown_executor"),
+    (("--scheduler", "tcp://127.0.0.1:1", "--connect-timeout", "1"), "scheduler_unreachable"),
+])
+def test_executor_options_are_refused_before_anything_is_classified(
+    tmp_path: Path, bundles: dict[int, Path], options: tuple[str, ...], code: str
+) -> None:
+    out = tmp_path / "outcomes.jsonl"
+    done = _replay(bundles[10], out, *options)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.decode().startswith(f"error: {code}: "), done.stderr
+    assert b"Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
