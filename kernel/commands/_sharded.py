@@ -14,6 +14,7 @@ See ``kernel.orchestrate._shards`` and adr/0020-sharded-replay.md.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,6 +236,10 @@ def replay_sharded(
     set up (nothing classified).
     """
     total, shared, shards = open_sharded(bundle_path, shard_size)
+    # The run and its lines are held to the end of the command: out of the
+    # collector's generations, they are not walked again at every full
+    # collection that the outcomes unpickled from the workers set off.
+    gc.freeze()
     with contextlib.ExitStack() as stack:
         emitter = stack.enter_context(Emitter(
             out=out, output_format=output_format, quiet=quiet, verbose=verbose,

@@ -40,6 +40,7 @@ Theory of operation:
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -242,6 +243,10 @@ def _prepared(shared: SharedRun | None) -> _Prepared:
             return _PREPARED[0]
         if not _PREPARED or _PREPARED[0].token != shared.token:
             _PREPARED[:] = [_Prepared(shared)]
+            # The run lives as long as the worker: moved out of the collector's
+            # generations, it is not walked again at every full collection
+            # that the outcomes built for each shard set off.
+            gc.freeze()
         return _PREPARED[0]
 
 
