@@ -135,7 +135,7 @@ examples-external: $(STAMP) sandbox-tools  ## run the SMT (z3 -> cvc5) and SAT (
 # Side-by-side benchmarks (bench/): variants interleaved over many rounds,
 # reported as ratios with their spread; results are kept in BENCHMARKS.md.
 .PHONY: bench
-bench: $(STAMP) sandbox-tools  ## issue 10's seven targets and issue 21's store target side by side, one table of ratios (~25 min; BENCHMARKS.md)
+bench: $(STAMP) sandbox-tools  ## issue 10's seven targets, issue 21's store and issue 22's sharded replay side by side, one table of ratios (~35 min; BENCHMARKS.md)
 	@mkdir -p build
 	$(BIN)/python -m bench --targets --markdown --json build/bench-targets.json
 
@@ -167,6 +167,19 @@ SCALE_SIZES ?= 1000 10000 100000
 .PHONY: scale
 scale: $(STAMP)  ## kernel bundle + kernel replay on bundle streams of SCALE_SIZES attempts
 	$(BIN)/python -m bench._stream $(SCALE_SIZES)
+
+# The same through kernel replay --workers N (issue 22): peak RSS and wall of
+# the whole process tree (the command and its pool workers, reaped by it).
+SCALE_SHARDED_SIZES ?= 1000000
+SCALE_WORKERS ?= 2
+.PHONY: scale-sharded
+scale-sharded: $(STAMP)  ## kernel bundle + kernel replay --workers SCALE_WORKERS on SCALE_SHARDED_SIZES attempts
+	$(BIN)/python -m bench._stream --workers $(SCALE_WORKERS) $(SCALE_SHARDED_SIZES)
+
+# Per-shard overhead: kernel replay --workers 1 at several shard sizes against serial.
+.PHONY: bench-shards
+bench-shards: $(STAMP)  ## per-shard overhead of sharded replay by shard size (10,000 attempts)
+	$(BIN)/python -m bench._sharded --shards 10000
 
 # Mutation testing (issue 12.6, RELIABILITY.md): mutmut 3 over kernel/replay,
 # kernel/verification and kernel/external/_receipt.py, configured in

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         "--targets", action="store_true", help="issue 10's seven targets, one summary table"
     )
     parser.add_argument(
-        "--only", default="1,2,3,4,5,6,7,8", help="--targets: which (default 1,...,8)"
+        "--only", default="1,2,3,4,5,6,7,8,9", help="--targets: which (default 1,...,9)"
     )
     parser.add_argument(
         "--quick", action="store_true", help="--targets: small sizes (wiring check, not targets)"

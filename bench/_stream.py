@@ -87,7 +87,10 @@ class Step:
     peak_rss_kib: int
 
 
-def measure(sizes: list[int], say: Callable[[str], None] = print, *, again: int = 0) -> list[Step]:
+def measure(
+    sizes: list[int], say: Callable[[str], None] = print, *, again: int = 0,
+    replay_options: tuple[str, ...] = (),
+) -> list[Step]:
     """Bundle, then replay, each size in turn; every outcome stream is checked for N lines.
 
     ``again``: replay every size but the largest that many more times, after
@@ -104,7 +107,7 @@ def measure(sizes: list[int], say: Callable[[str], None] = print, *, again: int 
     found: list[Step] = []
 
     def replay(size: int, bundle: Path, outcomes: Path, step: str) -> None:
-        timed(size, step, ("replay", bundle, "--quiet", "--out", outcomes))
+        timed(size, step, ("replay", bundle, "--quiet", "--out", outcomes, *replay_options))
         lines = sum(1 for _ in outcomes.open("rb"))
         outcomes.unlink()
         if lines != size:  # the run did not replay end to end: no figure stands
@@ -140,7 +143,14 @@ def measure(sizes: list[int], say: Callable[[str], None] = print, *, again: int 
 
 
 def main(argv: list[str]) -> int:
-    measure([int(a) for a in argv] or [1000, 4000], say=lambda line: print(line, flush=True))
+    """``[--workers N] SIZE...``: with ``--workers``, ``kernel replay --workers N`` (issue 22)."""
+    options: tuple[str, ...] = ()
+    if argv[:1] == ["--workers"]:
+        options, argv = ("--workers", argv[1]), argv[2:]
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    say(f"load average {os.getloadavg()}; kernel replay {' '.join(options) or '(serial)'}")
+    measure([int(a) for a in argv] or [1000, 4000], say=say, replay_options=options)
+    say(f"load average {os.getloadavg()}")
     return 0
 
 

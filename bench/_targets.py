@@ -28,7 +28,10 @@ Each target is measured by the module that owns it, through its entry point:
 8. the evidence store (issue 21): ``bench._store.compare`` (200 real
    certifications, half repeating an earlier problem: no store against a
    fresh store, 8a, and against a re-run on the store it left, 8b; wall and
-   CPU ratios within one round).
+   CPU ratios within one round);
+9. sharded replay (issue 22): ``bench._sharded.compare`` (``kernel replay``
+   serial against ``--workers 2`` and a local Dask cluster of 2 workers on
+   100,000 attempts, outputs compared byte for byte).
 
 A ratio is always formed within one round (or one run, for the CPU of a
 single process), never across runs; the load average is recorded with every
@@ -87,8 +90,10 @@ class Settings:
     parallel_rounds: int = 2  # 6: serial, process x2, dask x2
     curve_rounds: int = 0  # 6: of which also 1 and 4 workers (make bench-parallel: all 3)
     curve: tuple[int, ...] = (1, 2, 4)
+    sharded_attempts: int = 100_000  # 9: serial, --workers 2, dask 2 (one round: ~8 min)
+    sharded_rounds: int = 1
     quick: bool = False
-    only: frozenset[int] = field(default_factory=lambda: frozenset(range(1, 9)))
+    only: frozenset[int] = field(default_factory=lambda: frozenset(range(1, 10)))
     store_rounds: int = 1  # 8: none, store, rerun
 
 
@@ -100,6 +105,7 @@ QUICK: Final = Settings(
     attempts=12,
     parallel_rounds=1,
     curve_rounds=0,
+    sharded_attempts=1_000,
     quick=True,
 )
 
@@ -474,6 +480,36 @@ def store(settings: Settings, say: Callable[[str], None]) -> list[Row]:
     return rows
 
 
+# --- 9: sharded replay (issue 22) --------------------------------------------------------
+
+
+def sharded(settings: Settings, say: Callable[[str], None]) -> list[Row]:
+    from bench._sharded import compare, ratios
+
+    size = settings.sharded_attempts
+    pool = f"9a kernel replay --workers 2, {size:,} attempts (serial / sharded wall)"
+    dask = f"9b kernel replay --executor dask --workers 2, {size:,} attempts (serial / dask wall)"
+    try:
+        samples = compare(size, settings.sharded_rounds, say=lambda line: say(f"  {line}"))
+    except SystemExit as exc:  # outputs differed, or a kernel process failed
+        why = str(exc.code)
+        return [_row(9, pool, ">= 1.8", None, False, "void", (why,)),
+                _row(9, dask, ">= 1.6", None, False, "void", (why,))]
+    found = ratios(samples)
+    notes = (
+        *(f"round {s.round + 1} {s.variant}: {s.wall_s:.1f} s wall, {s.cpu_s:.1f} s CPU "
+          f"(process tree), peak {s.peak_rss_kib / 1024:.0f} MiB, load {s.load}"
+          for s in samples),
+        "outputs compared with serial's byte for byte (cmp): equal",
+    )
+    rows = []
+    for name, label, bound in (("workers 2", pool, 1.8), ("dask 2", dask, 1.6)):
+        value, _ = found[name]
+        rows.append(_row(9, label, f">= {bound}", value, value >= bound, f"{value:.2f}x", notes))
+        notes = ()
+    return rows
+
+
 # --- the run -----------------------------------------------------------------------------
 
 # Cheap first; the long CPU-bound streams last (their ratio is of CPU, least load-sensitive).
@@ -487,6 +523,7 @@ MEASURES: Final[
     (frozenset({6}), parallel),
     (frozenset({8}), store),
     (frozenset({1, 2}), streams),
+    (frozenset({9}), sharded),
 )
 
 

@@ -353,6 +353,31 @@ class BundleStreamReader:
         """N, once the header has been read."""
         return None if self._header is None else self._header.run.attempt_count
 
+    def positioned(self, attempt_index: int) -> BundleStreamReader:
+        """A reader of this run that expects attempt line ``attempt_index`` next.
+
+        For reading a stream in shards (``kernel.orchestrate._shards``): each
+        shard's attempt lines fed to a reader positioned at the shard's first
+        attempt give exactly what feeding every line to one reader gives (the
+        same outcomes, the same line numbers in refusals), because each
+        attempt line, sound or not, takes exactly one attempt and one line.
+        The run (and every record it holds) is shared with this reader, so
+        facts examined for it apply to the requests of every positioned copy.
+        Raises ``ValueError`` before the run is read or past its last attempt.
+        """
+        if self._header is None or self._run is None:
+            raise ValueError("the run has not been read yet")
+        count = len(self._run_attempts)
+        if type(attempt_index) is not int or not 0 <= attempt_index <= count:
+            raise ValueError(f"attempt index {attempt_index!r} is outside 0..{count}")
+        reader = BundleStreamReader(self._limits)
+        reader._header = self._header
+        reader._run_attempts = self._run_attempts
+        reader._run = self._run
+        reader._line = 1 + count + attempt_index
+        reader._next_attempt = attempt_index
+        return reader
+
     def _parse(self, line: bytes, cls: type[_T]) -> _T:
         value = parse_json(line, max_bytes=self._limits.line_bytes, max_depth=self._limits.depth)
         return structure(value, cls)

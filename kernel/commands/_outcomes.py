@@ -245,10 +245,12 @@ class Emitter:
 
     def add(
         self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome,
-        hint: str | None = None,
+        hint: str | None = None, line: bytes | None = None,
     ) -> None:
-        """Write, count and show ``outcome``; ``hint`` is its likely cause, said once at the end."""
-        line = outcome_line(index, attempt_id, outcome)
+        """Write, count and show ``outcome``; ``hint`` is its likely cause, said once at the
+        end; ``line`` is its outcome line when a worker already encoded it."""
+        if line is None:
+            line = outcome_line(index, attempt_id, outcome)
         if self._file is not None:
             self._file.write(line)
         if self._stdout_lines:

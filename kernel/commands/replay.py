@@ -27,11 +27,11 @@ Exit codes (README "Exit codes", adr/0013):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, assert_never
+from typing import Annotated
 
 import typer
 
-from kernel.bundles import BundleStreamError, ReadyAttempt, RefusedAttempt, outcome_line
+from kernel.bundles import BundleStreamError, outcome_line
 from kernel.commands._io import is_stdio, refuse_output_is_input
 from kernel.commands._outcomes import (
     Emitter,
@@ -47,14 +47,15 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
+from kernel.commands._sharded import MAX_SHARD_SIZE, executor_spec, replay_sharded
 from kernel.commands._signals import interruption
+from kernel.orchestrate._executors import ExecutorKind
+from kernel.orchestrate._shards import DEFAULT_SHARD_SIZE, classify_item
 from kernel.organs import builtin_manifest
 from kernel.replay import (
     ReplayAdapterOutcome,
     ReplayBundle,
     RunFacts,
-    facts_for,
-    replay_attempt,
     replay_bundle_attempts,
 )
 from kernel.serde import dumps
@@ -76,6 +77,12 @@ tampering only); 2 usage error or bundle refused at the boundary
 (no outcome file written); 3 integrity (candidate_identity_mismatch or
 invalid_replay_input: the input is not what the run recorded); 130/143
 interrupted (no outcome file written); 141 stdout closed early.
+
+Workers: --workers N classifies the attempts in shards on N local processes,
+--executor dask on a Dask cluster (--scheduler ADDRESS, or a local one of
+--workers); the run goes to each worker once, and the output bytes are the
+serial ones, in run order. A worker that dies has its shards run again;
+past three deaths the run fails closed: exit 2 worker_lost, no outcome file.
 
 Example: kernel replay bundle.json -o out/outcomes.jsonl --fail-on blocked
 """
@@ -123,10 +130,36 @@ def register(app: typer.Typer) -> None:
         fail_on: FailOnOption = None,
         quiet: QuietOption = False,
         verbose: VerboseOption = False,
+        executor: Annotated[str | None, typer.Option(
+            "--executor", metavar="[inline|process|dask]",
+            help="Where attempts are classified: inline (default) in this process, "
+                 "process on --workers local processes (the default with --workers), "
+                 "dask on a Dask cluster (--scheduler, or a local one of --workers).")] = None,
+        workers: Annotated[str | None, typer.Option(
+            "--workers", metavar="N",
+            help="Worker processes (process), or local Dask workers (dask without "
+                 "--scheduler); default: the CPUs available.")] = None,
+        scheduler: Annotated[str | None, typer.Option(
+            "--scheduler", metavar="ADDRESS",
+            help="Dask scheduler (e.g. tcp://10.0.0.5:8786) instead of a local cluster.")] = None,
+        connect_timeout: Annotated[float, typer.Option(
+            "--connect-timeout", metavar="SECONDS",
+            help="How long to try reaching --scheduler before refusing.")] = 10.0,
+        shard_size: Annotated[int | None, typer.Option(
+            "--shard-size", metavar="N", min=1, max=MAX_SHARD_SIZE,
+            help=f"Attempts per shard with --workers or --executor dask "
+                 f"(default {DEFAULT_SHARD_SIZE}).")] = None,
     ) -> None:
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on)
         refuse_output_is_input(out, bundle_path)
+        spec = executor_spec(executor, workers, scheduler, connect_timeout)
+        if spec.kind is not ExecutorKind.INLINE:
+            replay_sharded(
+                bundle_path, spec, shard_size or DEFAULT_SHARD_SIZE, out=out,
+                output_format=chosen, quiet=quiet, verbose=verbose, fail_on=classes,
+            )
+            return
         total, _, attempts = open_bundle(bundle_path)
         manifest = builtin_manifest()
         # The run is examined once and its facts reused while consecutive
@@ -143,14 +176,7 @@ def register(app: typer.Typer) -> None:
                      fail_on=classes, total=total, label="replaying") as emitter:
             try:
                 for item in attempts:
-                    match item:
-                        case ReadyAttempt():
-                            facts = facts_for(item.request, facts)
-                            outcome = replay_attempt(item.request, manifest, facts=facts)
-                        case RefusedAttempt():
-                            outcome = item.refusal
-                        case _:
-                            assert_never(item)
+                    outcome, facts = classify_item(item, manifest, facts)
                     emitter.add(item.attempt_index, item.attempt_id, outcome,
                                 manifest_hint(item, outcome, manifest, _MANIFEST_ADVICE))
             except BundleStreamError as exc:

@@ -1,0 +1,562 @@
+"""Sharded pure replay: a bundle's attempts classified in shards on workers (ADR 0020).
+
+Theory of operation:
+
+- A run is split into a **shared part** and **shards**. The shared part
+  (``SharedRun``) is the bytes every attempt needs: for a bundle stream, its
+  header line and run lines (the chain's head and the run); for a single
+  document, the document. Each worker receives it **once** (a process pool
+  worker in its initializer, a Dask worker as one scattered value) and
+  prepares it once (``_prepare``): it parses it with the very code the serial
+  command uses and keeps the parsed run, so the run's facts are examined once
+  per worker (ADR 0011: facts are bound to the run object they examined and
+  cannot cross a process, so each worker examines its own copy once).
+- A shard (``Shard``) is a run of consecutive attempts: for a stream, their
+  attempt lines as read (``None`` for an over-long line); for a document, an
+  index range. A worker classifies a shard with ``classify_item``, the one
+  loop body ``kernel replay`` uses serially too, over a stream reader
+  positioned at the shard's first attempt (``BundleStreamReader.positioned``),
+  and returns each attempt's outcome with its outcome line's bytes.
+- ``ShardRunner.run`` submits shards as they are read, at most ``in_flight``
+  at a time, and yields the results in the run's order, each shard's only
+  after every earlier shard's: the caller writes the lines in canonical order
+  and the bytes equal the serial run's. Memory holds the shared part and the
+  shards in flight, never the run's outcomes.
+- Faults. Classification is pure and deterministic, so a shard may be run
+  again without changing a byte; a shard's result is taken exactly once, in
+  order, so nothing is lost or written twice. A process pool whose worker
+  died (``BrokenProcessPool``) is replaced and every shard not yet taken is
+  submitted again, at most ``MAX_RESTARTS`` times; Dask re-runs a lost
+  worker's tasks itself (its ``allowed-failures``). Past that, or when a
+  shard fails for any other reason, ``ShardError`` (``worker_lost``,
+  ``shard_failed``) is raised: the run fails closed, the caller writes no
+  outcome file.
+- Interrupts: workers ignore SIGINT (a terminal's Ctrl-C reaches the whole
+  group; the caller decides); on any exception or ``KeyboardInterrupt`` the
+  pool's workers are sent SIGTERM, then SIGKILL after ``STOP_SECONDS``; the
+  Dask futures are cancelled and a local cluster closed (``_executors``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import multiprocessing
+import os
+import pickle
+import signal
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Final, Literal, assert_never, final
+
+import attrs
+
+from kernel.bundles import (
+    BUNDLE_LIMITS,
+    BundleStreamReader,
+    ReadyAttempt,
+    RefusedAttempt,
+    document_attempts,
+    outcome_line,
+)
+from kernel.orchestrate._executors import (
+    ExecutorKind,
+    ExecutorSpec,
+    _close_cluster,
+    _local_cluster,
+    _local_worker_config,
+    _probe_scheduler,
+    _unreachable,
+    check_executor_spec,
+)
+from kernel.orchestrate.errors import ExecutorSetupError, OrchestrateError
+from kernel.organs import builtin_manifest
+from kernel.replay import (
+    AuthorityManifest,
+    ReplayAdapterOutcome,
+    ReplayBundle,
+    RunFacts,
+    facts_for,
+    replay_attempt,
+)
+from kernel.serde import parse_json, structure
+
+__all__ = [
+    "DEFAULT_SHARD_SIZE",
+    "MAX_RESTARTS",
+    "Decided",
+    "Shard",
+    "ShardError",
+    "ShardRunner",
+    "SharedRun",
+    "classify_item",
+    "classify_shard",
+    "dask_shards",
+    "process_shards",
+    "shared_document",
+    "shared_stream",
+]
+
+# Attempts per shard: chosen by measurement (BENCHMARKS.md, "Sharded replay"):
+# the per-shard cost (pickling, a round trip, the result's unpickling) is
+# then well under 1% of the shard's classification.
+DEFAULT_SHARD_SIZE: Final = 500
+MAX_RESTARTS: Final = 3
+STOP_SECONDS: Final = 3.0
+
+Attempt = ReadyAttempt | RefusedAttempt
+# One attempt's outcome as the caller writes it: (index, attempt id, outcome, outcome line).
+Decided = tuple[int, str | None, ReplayAdapterOutcome, bytes]
+
+
+@final
+class ShardError(OrchestrateError):
+    """A shard could not be classified: its workers were lost, or it failed."""
+
+
+@final
+@attrs.frozen(eq=False)
+class SharedRun:
+    """What every attempt of a run needs, sent to each worker once.
+
+    ``layout`` ``stream``: ``lines`` are the header line and the run lines
+    (without newlines); ``document``: ``lines`` is the one document.
+    ``token`` names these bytes (SHA-256), so a worker prepares them once.
+    """
+
+    layout: Literal["stream", "document"]
+    lines: tuple[bytes, ...]
+    token: str
+
+
+def _token(layout: str, lines: Iterable[bytes]) -> str:
+    digest = hashlib.sha256(layout.encode())
+    for line in lines:
+        digest.update(len(line).to_bytes(8, "big"))
+        digest.update(line)
+    return digest.hexdigest()
+
+
+def shared_stream(lines: Iterable[bytes]) -> SharedRun:
+    """The shared part of a bundle stream: its header and run lines, as read."""
+    kept = tuple(lines)
+    return SharedRun("stream", kept, _token("stream", kept))
+
+
+def shared_document(data: bytes) -> SharedRun:
+    """The shared part of a single-document bundle: the document."""
+    return SharedRun("document", (data,), _token("document", (data,)))
+
+
+@final
+@attrs.frozen(eq=False)
+class Shard:
+    """Consecutive attempts ``start .. start + count - 1``; a stream's attempt lines as read."""
+
+    start: int
+    count: int
+    lines: tuple[bytes | None, ...] = ()
+
+
+def classify_item(
+    item: Attempt, manifest: AuthorityManifest, facts: RunFacts | None
+) -> tuple[ReplayAdapterOutcome, RunFacts | None]:
+    """One attempt's outcome, and the facts to pass with the next attempt of the batch.
+
+    The loop body of ``kernel replay``, serial or in a shard: the run is
+    examined once and its facts reused while attempts hold the same run
+    object (ADR 0011).
+    """
+    match item:
+        case ReadyAttempt():
+            facts = facts_for(item.request, facts)
+            return replay_attempt(item.request, manifest, facts=facts), facts
+        case RefusedAttempt():
+            return item.refusal, facts
+        case _:
+            assert_never(item)
+
+
+@final
+class _Prepared:
+    """A worker's copy of the shared part, parsed once, and the facts of its run."""
+
+    def __init__(self, shared: SharedRun) -> None:
+        self.token = shared.token
+        self.manifest = builtin_manifest()
+        self.facts: RunFacts | None = None
+        self.reader: BundleStreamReader | None = None
+        self.attempts: tuple[ReadyAttempt, ...] = ()
+        match shared.layout:
+            case "stream":
+                reader = BundleStreamReader()
+                for line in shared.lines:
+                    reader.feed(line)
+                if not reader.run_ready:
+                    raise ValueError("the shared lines do not hold the whole run")
+                self.reader = reader
+            case "document":
+                value = parse_json(shared.lines[0], max_depth=BUNDLE_LIMITS.depth)
+                self.attempts = tuple(document_attempts(structure(value, ReplayBundle)))
+            case _:
+                assert_never(shared.layout)
+
+    def items(self, shard: Shard) -> Iterator[Attempt]:
+        if self.reader is None:
+            yield from self.attempts[shard.start : shard.start + shard.count]
+            return
+        reader = self.reader.positioned(shard.start)
+        for line in shard.lines:
+            item = reader.feed_oversized() if line is None else reader.feed(line)
+            if item is None:  # only header and run lines give none; never an attempt line
+                raise ValueError("an attempt line gave no attempt")
+            yield item
+
+    def classify(self, shard: Shard) -> tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...]:
+        found: list[tuple[str | None, ReplayAdapterOutcome, bytes]] = []
+        for expected, item in enumerate(self.items(shard), start=shard.start):
+            if item.attempt_index != expected:
+                raise ValueError(f"shard attempt {item.attempt_index}, expected {expected}")
+            outcome, self.facts = classify_item(item, self.manifest, self.facts)
+            found.append((item.attempt_id, outcome,
+                          outcome_line(item.attempt_index, item.attempt_id, outcome)))
+        if len(found) != shard.count:
+            raise ValueError(f"shard of {shard.count} attempts gave {len(found)}")
+        return tuple(found)
+
+
+_PREPARED: list[_Prepared] = []  # this worker's one prepared run (the latest token)
+_LOCK = threading.Lock()
+
+
+def _prepared(shared: SharedRun | None) -> _Prepared:
+    with _LOCK:
+        if shared is None:
+            if not _PREPARED:
+                raise ValueError("this worker was given no run")
+            return _PREPARED[0]
+        if not _PREPARED or _PREPARED[0].token != shared.token:
+            _PREPARED[:] = [_Prepared(shared)]
+            # The run lives as long as the worker: moved out of the collector's
+            # generations, it is not walked again at every full collection
+            # that the outcomes built for each shard set off.
+            gc.freeze()
+        return _PREPARED[0]
+
+
+def classify_shard(
+    shared: SharedRun | None, shard: Shard
+) -> tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...]:
+    """A shard's outcomes, in order (the task a worker runs).
+
+    ``shared`` is ``None`` in a process pool worker, whose initializer
+    prepared the run; a Dask worker is handed the scattered shared part
+    (the same object for every task) and prepares it on its first shard.
+    """
+    prepared = _prepared(shared)
+    return prepared.classify(shard)
+
+
+def _initialize(path: str, token: str) -> None:
+    """A pool worker's start: read the shared part from ``path`` and prepare it once.
+
+    It is read from a file, not passed as an initializer argument: the spawn
+    start method writes those arguments into a pipe that the parent keeps
+    open at both ends until it has written them all, so a worker killed while
+    starting would leave the parent blocked forever on a shared part larger
+    than the pipe's buffer. The bytes must give the token the caller named.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops the workers
+    with open(path, "rb") as handle:
+        layout, lines = pickle.load(handle)  # a file this run wrote, in a 0700 directory
+    if layout not in ("stream", "document") or _token(layout, lines) != token:
+        raise ValueError(f"{path}: not the shared part this run wrote")
+    _prepared(SharedRun(layout, lines, token))
+
+
+# --- the runners -------------------------------------------------------------------
+
+
+class ShardRunner:
+    """Classify shards on workers, results in order; ``close`` stops the workers."""
+
+    def __init__(self, workers: int, in_flight: int | None = None) -> None:
+        self.workers = workers
+        self.in_flight = in_flight or 2 * workers + 1
+        self.restarts = 0
+
+    def _submit(self, shard: Shard) -> Any:
+        raise NotImplementedError
+
+    def _take(self, handle: Any, pending: deque[tuple[Shard, Any]]) -> tuple[
+        tuple[str | None, ReplayAdapterOutcome, bytes], ...
+    ]:
+        raise NotImplementedError
+
+    def run(self, shards: Iterable[Shard]) -> Iterator[Decided]:
+        """Every attempt of ``shards``, in order; raises ``ShardError`` when a shard is lost."""
+        pending: deque[tuple[Shard, Any]] = deque()
+        source = iter(shards)
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < self.in_flight:
+                shard = next(source, None)
+                if shard is None:
+                    exhausted = True
+                    break
+                pending.append((shard, self._submit(shard)))
+            if not pending:
+                return
+            shard, handle = pending[0]
+            results = self._take(handle, pending)
+            pending.popleft()
+            for offset, (attempt_id, outcome, line) in enumerate(results):
+                yield shard.start + offset, attempt_id, outcome, line
+
+
+@final
+class _ProcessShards(ShardRunner):
+    def __init__(self, shared: SharedRun, workers: int, in_flight: int | None) -> None:
+        super().__init__(workers, in_flight)
+        self._shared = shared
+        self._directory = tempfile.mkdtemp(prefix="kernel-shards-")  # mode 0700
+        self._path = os.path.join(self._directory, "shared.pickle")
+        try:
+            with open(self._path, "xb") as handle:
+                pickle.dump((shared.layout, shared.lines), handle, pickle.HIGHEST_PROTOCOL)
+            self._pool = self._start()
+        except BaseException:
+            self._remove()
+            raise
+
+    def _start(self) -> ProcessPoolExecutor:
+        """A pool whose workers are all started now, each with SIGINT ignored from birth.
+
+        A spawned interpreter keeps an ignored SIGINT ignored, so a terminal's
+        Ctrl-C, which reaches the whole group, cannot interrupt a worker that
+        is still importing (and print its traceback) before its initializer
+        runs. SIGINT is ignored here only while the workers are spawned (one
+        no-op task each: the pool spawns a worker per submit while none is
+        idle); a Ctrl-C in that window of a few milliseconds is not seen.
+        """
+        with _sigint_ignored():
+            pool = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_initialize, initargs=(self._path, self._shared.token),
+            )
+            for _ in range(self.workers):
+                pool.submit(os.getpid)
+        return pool
+
+    def _remove(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self._path)
+        with contextlib.suppress(OSError):
+            os.rmdir(self._directory)
+
+    def _submit(self, shard: Shard) -> Future[Any]:
+        try:
+            return self._pool.submit(classify_shard, None, shard)
+        except BrokenProcessPool as exc:  # a worker died since: taken (and re-run) in order
+            future: Future[Any] = Future()
+            future.set_exception(exc)
+            return future
+
+    def _take(self, handle: Any, pending: deque[tuple[Shard, Any]]) -> tuple[
+        tuple[str | None, ReplayAdapterOutcome, bytes], ...
+    ]:
+        future: Future[Any] = handle
+        while True:
+            try:
+                result: tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...]
+                result = future.result()
+                return result
+            except BrokenProcessPool as exc:
+                # A worker died (killed, out of memory): every shard not yet
+                # taken is run again on a fresh pool; none was written yet.
+                self.restarts += 1
+                if self.restarts > MAX_RESTARTS:
+                    raise ShardError(
+                        "worker_lost",
+                        f"a worker process died {self.restarts} times ({exc}); "
+                        f"the run is incomplete",
+                    ) from exc
+                stop_pool(self._pool)
+                self._pool = self._start()
+                for position, (shard, _) in enumerate(pending):
+                    pending[position] = (shard, self._submit(shard))
+                future = pending[0][1]
+            except Exception as exc:
+                raise ShardError("shard_failed", f"{type(exc).__name__}: {exc}") from exc
+
+    def close(self, *, failed: bool) -> None:
+        try:
+            if failed:
+                stop_pool(self._pool)
+            else:
+                self._pool.shutdown(wait=True)
+        finally:
+            self._remove()
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued, SIGTERM every worker, SIGKILL what is left after a bound.
+
+    Pure classification holds no child process and no file of its own, so
+    ending a worker at once loses nothing that a re-run would not redo.
+    """
+    processes: object = getattr(pool, "_processes", None)
+    workers = list(processes.values()) if isinstance(processes, dict) else []
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        _signal(process, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_SECONDS
+    for process in workers:
+        join = getattr(process, "join", None)
+        if callable(join):
+            join(max(0.0, deadline - time.monotonic()))
+    for process in workers:
+        alive = getattr(process, "is_alive", None)
+        if callable(alive) and alive():
+            _signal(process, signal.SIGKILL)
+            join = getattr(process, "join", None)
+            if callable(join):
+                join(STOP_SECONDS)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: the workers inherit what it has
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _signal(process: object, signum: signal.Signals) -> None:
+    pid = getattr(process, "pid", None)
+    if isinstance(pid, int):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+@contextlib.contextmanager
+def process_shards(
+    shared: SharedRun, workers: int, in_flight: int | None = None
+) -> Iterator[ShardRunner]:
+    """A spawn process pool of ``workers``, each given ``shared`` once; stopped on exit."""
+    runner = _ProcessShards(shared, workers, in_flight)
+    try:
+        yield runner
+    except BaseException:
+        runner.close(failed=True)
+        raise
+    runner.close(failed=False)
+
+
+@final
+class _DaskShards(ShardRunner):
+    def __init__(self, client: Any, shared: SharedRun, workers: int,
+                 in_flight: int | None) -> None:
+        super().__init__(workers, in_flight)
+        self._client = client
+        # One copy to every worker now; each task names it, none carries it.
+        self._shared = client.scatter(shared, broadcast=True, hash=False)
+        self._futures: list[Any] = []
+
+    def _submit(self, shard: Shard) -> Any:
+        future = self._client.submit(classify_shard, self._shared, shard, pure=False)
+        self._futures.append(future)
+        if len(self._futures) > 4 * self.in_flight:
+            self._futures = [f for f in self._futures if not f.done()]
+        return future
+
+    def _take(self, handle: Any, pending: deque[tuple[Shard, Any]]) -> tuple[
+        tuple[str | None, ReplayAdapterOutcome, bytes], ...
+    ]:
+        try:
+            result: tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...] = handle.result()
+        except Exception as exc:
+            code = "worker_lost" if type(exc).__name__ == "KilledWorker" else "shard_failed"
+            raise ShardError(code, f"{type(exc).__name__}: {exc}") from exc
+        handle.release()
+        return result
+
+    def cancel(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.cancel([*self._futures, self._shared], force=True)
+
+
+@contextlib.contextmanager
+def dask_shards(
+    shared: SharedRun, *, workers: int | None, scheduler: str | None,
+    connect_seconds: float = 10.0, in_flight: int | None = None,
+) -> Iterator[ShardRunner]:
+    """Shards on Dask: the cluster at ``scheduler``, or a local one of ``workers``.
+
+    Raises ``ExecutorSetupError`` as ``open_executor`` does when the cluster
+    cannot be reached or started.
+    """
+    spec = ExecutorSpec(ExecutorKind.DASK, workers, scheduler, connect_seconds)
+    check_executor_spec(spec)
+    with _dask_client(spec) as client:
+        count = workers or max(1, len(client.scheduler_info().get("workers", {})))
+        runner = _DaskShards(client, shared, count, in_flight)
+        try:
+            yield runner
+        except BaseException:
+            runner.cancel()
+            raise
+
+
+@contextlib.contextmanager
+def _dask_client(spec: ExecutorSpec) -> Iterator[Any]:
+    """A ``distributed.Client``: to ``spec.scheduler``, or to a local cluster started here.
+
+    The same set-up as ``open_executor``'s (the helpers of ``_executors``:
+    a TCP probe first, a loopback cluster without dashboard or profiler,
+    closed within a bound), but the client itself is yielded: the shared
+    part is scattered to every worker once, which an ``Executor`` cannot do.
+    """
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise ExecutorSetupError(
+            "executor_unavailable",
+            f"dask distributed is not installed ({exc}); install replay-kernel[scale]",
+        ) from exc
+    with contextlib.ExitStack() as stack:
+        if spec.scheduler is None:
+            assert spec.workers is not None
+            try:
+                with _local_worker_config():
+                    cluster = _local_cluster(spec.workers)
+            except Exception as exc:
+                raise ExecutorSetupError(
+                    "cluster_start_failed", f"{type(exc).__name__}: {exc}"
+                ) from exc
+            stack.callback(_close_cluster, cluster)
+            client = stack.enter_context(
+                Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]
+            )
+        else:
+            _probe_scheduler(spec.scheduler, spec.connect_seconds)
+            try:
+                client = stack.enter_context(
+                    Client(  # type: ignore[no-untyped-call]
+                        spec.scheduler, timeout=spec.connect_seconds, set_as_default=False
+                    )
+                )
+            except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address
+                raise _unreachable(spec.scheduler, exc) from exc
+        yield client
