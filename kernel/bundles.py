@@ -356,7 +356,7 @@ class BundleStreamReader:
     def positioned(self, attempt_index: int) -> BundleStreamReader:
         """A reader of this run that expects attempt line ``attempt_index`` next.
 
-        For reading a stream in shards (``kernel.orchestrate._shards``): each
+        For reading a stream in shards (the sharded replay of the orchestration layer): each
         shard's attempt lines fed to a reader positioned at the shard's first
         attempt give exactly what feeding every line to one reader gives (the
         same outcomes, the same line numbers in refusals), because each

@@ -244,10 +244,11 @@ def test_replay_requests_keeps_the_given_order() -> None:
 # --- layering -----------------------------------------------------------------------------
 
 ORCHESTRATE = ROOT / "kernel" / "orchestrate"
-# kernel.frames (below kernel.replay) for the candidate frame a certification task carries.
+# kernel.frames (below kernel.replay) for the candidate frame a certification task carries;
+# kernel.bundles (beside the organs, pyproject's layers) for the shards of a stream.
 ALLOWED_KERNEL = (
     "kernel.replay", "kernel.organs", "kernel.verification", "kernel.external",
-    "kernel.frames", "kernel.serde", "kernel.identity", "kernel.orchestrate",
+    "kernel.frames", "kernel.serde", "kernel.identity", "kernel.orchestrate", "kernel.bundles",
 )  # fmt: skip
 
 

@@ -533,7 +533,7 @@ def _dask_client(spec: ExecutorSpec) -> Iterator[Any]:
     except ImportError as exc:
         raise ExecutorSetupError(
             "executor_unavailable",
-            f"dask distributed is not installed ({exc}); install replay-kernel[scale]",
+            f"dask distributed is not installed ({exc}); install failclosed-replay[scale]",
         ) from exc
     with contextlib.ExitStack() as stack:
         if spec.scheduler is None:
