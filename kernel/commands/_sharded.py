@@ -56,12 +56,13 @@ from kernel.replay import ReplayBundle
 from kernel.serde import SerdeError, parse_json, structure
 
 __all__ = [
-    "MAX_SHARD_SIZE", "DocumentShards", "StreamShards", "executor_spec", "open_sharded",
-    "replay_sharded",
+    "EXECUTOR_NAMES", "MAX_SHARD_SIZE", "DocumentShards", "StreamShards", "executor_spec",
+    "open_sharded", "replay_sharded",
 ]
 
 MAX_SHARD_SIZE: Final = 1_000_000
-_EXECUTORS: Final = "|".join(kind.value for kind in ExecutorKind)
+#: The --executor choices, as usage lines show them (kernel run, kernel replay).
+EXECUTOR_NAMES: Final = "|".join(kind.value for kind in ExecutorKind)
 
 
 def _available_cpus() -> int:
@@ -82,7 +83,7 @@ def executor_spec(
     try:
         kind = ExecutorKind(executor)
     except ValueError:
-        refuse("unknown_executor", f"--executor must be one of {_EXECUTORS}, got {executor!r}")
+        refuse("unknown_executor", f"--executor must be one of {EXECUTOR_NAMES}, got {executor!r}")
     count: int | None = None
     if workers is not None:
         try:

@@ -66,6 +66,7 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
+from kernel.commands._sharded import EXECUTOR_NAMES, executor_spec
 from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.external import RunLimits, default_environment
@@ -78,7 +79,6 @@ from kernel.orchestrate import (
     ExecutorSpec,
     ExternalCertifier,
     certification_entry,
-    check_executor_spec,
     discover_tools,
     open_executor,
     replay_requests,
@@ -159,41 +159,6 @@ _MANIFEST_ADVICE = ("kernel run certifies under certified.v1: seal the draft wit
                     "`kernel bundle --manifest certified.v1` (a builtin.v1 bundle is for "
                     "`kernel replay`)")
 
-_EXECUTORS = "|".join(kind.value for kind in ExecutorKind)
-
-
-def _available_cpus() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def _executor_spec(
-    executor: str, workers: str | None, scheduler: str | None, connect_timeout: float
-) -> ExecutorSpec:
-    try:
-        kind = ExecutorKind(executor)
-    except ValueError:
-        refuse("unknown_executor", f"--executor must be one of {_EXECUTORS}, got {executor!r}")
-    count: int | None = None
-    if workers is not None:
-        try:
-            count = int(workers.strip(), 10)
-        except ValueError:
-            refuse("invalid_worker_count", f"--workers must be a positive integer, got {workers!r}")
-    elif kind is ExecutorKind.PROCESS or (kind is ExecutorKind.DASK and scheduler is None):
-        count = _available_cpus()
-    if not connect_timeout > 0:
-        refuse(
-            "invalid_connect_timeout", f"--connect-timeout must be positive, got {connect_timeout}"
-        )
-    spec = ExecutorSpec(kind, count, scheduler, connect_timeout)
-    try:
-        check_executor_spec(spec)
-    except ExecutorSetupError as exc:
-        refuse(exc.code, exc.message)
-    return spec
 
 
 STATE_FILE = "run-state.json"
@@ -463,7 +428,7 @@ def register(app: typer.Typer) -> None:
             "--deadline", metavar="SECONDS",
             help="Deadline for each producer and each checker run.")] = 60.0,
         executor: Annotated[str, typer.Option(
-            "--executor", metavar=f"[{_EXECUTORS}]",
+            "--executor", metavar=f"[{EXECUTOR_NAMES}]",
             help="Where certifications run: inline (this process, one after the other), "
                  "process (a local process pool) or dask (Dask distributed). "
                  "Output bytes are the same for every choice.")] = "inline",
@@ -490,7 +455,7 @@ def register(app: typer.Typer) -> None:
         classes = fail_on_classes(fail_on)
         if not deadline > 0:
             refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
-        spec = _executor_spec(executor, workers, scheduler, connect_timeout)
+        spec = executor_spec(executor, workers, scheduler, connect_timeout)
         refuse_output_is_input(out, bundle_path, work_dir / OUTCOMES_FILE)
         copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)
         total, identity, attempts = open_bundle(bundle_path, copy)
