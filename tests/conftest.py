@@ -22,6 +22,7 @@ every module (a module opts in with ``pytest.mark.usefixtures``).
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -29,6 +30,13 @@ from hypothesis import HealthCheck, settings
 from tests.support.fixtures import no_leftovers
 
 __all__ = ["no_leftovers"]  # a fixture: pytest finds it by name in this module
+
+# A suite started in the background (`make test &`, nohup) inherits SIGINT
+# ignored, and every command it starts would inherit that too: the tests that
+# interrupt a command with SIGINT would then see it run on to its verdict. A
+# handler here is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile(
     "ci",
