@@ -257,6 +257,7 @@ def attest_run(
     out: Path | None = None,
     fail_on: Sequence[str] = ("integrity",),
     passed: Callable[[Sequence[bytes]], bool] | None = None,
+    write: Callable[[Path, bytes], None] | None = None,
 ) -> Path:
     """Audit ``root``, then write its signed Statements; returns the outcomes envelope's path.
 
@@ -265,7 +266,9 @@ def attest_run(
     (``SUMMARY_FILE``), the SLSA Verification Summary whose result is
     ``passed(outcome lines)`` (the caller's ``--fail-on`` verdict over the
     re-derived lines; by default PASSED only when every line is a result
-    closed on both contract and proof). Raises ``AttestationError``
+    closed on both contract and proof). ``write(path, data)`` writes each
+    envelope (default: a temporary file renamed over ``path``; the command
+    line passes its own output rules). Raises ``AttestationError``
     (``run_not_intact``) when the audit finds any mismatch, and the audit's
     ``AuditInputError`` when ``root`` is not a stored run.
     """
@@ -304,12 +307,13 @@ def attest_run(
         "subject": subjects,
     }
     envelope = _signed(private_key, statement)
-    _write_public(target, envelope)
+    write = write or _write_public
+    write(target, envelope)
     vsa = summary_statement(
         root, report.layout, subjects, target.name, hashlib.sha256(envelope).hexdigest(),
         fail_on, verdict,
     )  # fmt: skip
-    _write_public(summary, _signed(private_key, vsa))
+    write(summary, _signed(private_key, vsa))
     return target
 
 

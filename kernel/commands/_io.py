@@ -230,6 +230,25 @@ def refuse_output_is_input(out: Path | None, *inputs: Path | None, label: str = 
                    "read or written (write to another file)")
 
 
+def refuse_unless_replaceable(path: Path, label: str, why: str) -> None:
+    """Refuse (exit 2, ``output_not_writable``) an output that is not a regular file.
+
+    For a command that writes more than one file from one option (``kernel
+    attest --out``: the envelope, and the summary beside it) a device or FIFO
+    cannot be written through: there is nothing "beside" it. Absent, a regular
+    file, or a symlink to either (followed, as ``OutputFile`` does) is accepted;
+    ``why`` says why the rest is refused.
+    """
+    try:
+        mode = os.stat(path).st_mode  # through any symlink
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        refuse("unwritable_output", f"{label} {path}: {getattr(exc, 'strerror', None) or exc}")
+    if not stat.S_ISREG(mode):
+        refuse("output_not_writable", f"{label} {path}: not a regular file; {why}")
+
+
 class OutputFile:
     """Bytes written to ``path`` as they come, in place on ``commit``; never destroying.
 

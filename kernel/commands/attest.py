@@ -7,6 +7,7 @@ creates a key pair (private key mode 0600). Verification is ``kernel audit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -23,8 +24,17 @@ from kernel.audit import (
     attest_run,
     generate_key_pair,
     load_private_key,
+    summary_path,
 )
-from kernel.commands._io import read_document, refuse, refuse_a_stream, refuse_stdio
+from kernel.commands._io import (
+    read_document,
+    refuse,
+    refuse_a_stream,
+    refuse_output_is_input,
+    refuse_stdio,
+    refuse_unless_replaceable,
+    write_atomically,
+)
 from kernel.commands._outcomes import FailOnOption, fail_on_classes
 from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, FailOn, Tally
 from kernel.replay import (
@@ -46,7 +56,10 @@ and the --outcomes file, with their SHA-256; its predicate
 application/vnd.in-toto+json) is signed with the Ed25519 key KEY (PKCS#8
 PEM, unencrypted, readable by its owner only) over the DSSE
 pre-authentication encoding, and written to --out (default
-RUN_DIR/{ATTESTATION_FILE}) with the user's umask. Beside it,
+RUN_DIR/{ATTESTATION_FILE}) with the user's umask: a regular file is
+replaced atomically, a symlink followed; a device, FIFO or directory, or an
+--out that is --key, --outcomes or --bundle, is refused before anything is
+signed. Beside it,
 {SUMMARY_FILE} holds a second signed Statement, the SLSA Verification
 Summary ({VSA_PREDICATE_TYPE}) that policy engines read: its policy is the
 bundle and the manifests by digest and the --fail-on classes, its input
@@ -57,7 +70,7 @@ them is 0; the same classes and default as kernel run), else FAILED. Verify it w
 
 Exit codes (README "Exit codes"): 0 signed; 2 input refused (not a stored
 run, an unreadable --outcomes or --bundle, a key that is unreadable,
-not Ed25519 or readable by others); 3 integrity: the run does not audit
+not Ed25519 or readable by others, an --out refused as above); 3 integrity: the run does not audit
 intact, so nothing is written (error code run_not_intact). Each refusal is
 one line 'error: <code>: <message>' on stderr.
 
@@ -126,6 +139,24 @@ def _refuse_a_public_key(key: Path) -> None:
                "is for kernel audit --verify-key)")
 
 
+def _refuse_outputs(
+    run_dir: Path, out: Path | None, key: Path, outcomes: Path | None, bundle: Path | None
+) -> None:
+    """Refuse, before anything is read or signed, outputs that would destroy or cannot be.
+
+    ADR 0013 "Outputs": an output that is one of the inputs is refused; a
+    symlink is followed. Attest writes two files from one ``--out`` (the
+    envelope, the summary beside it), so both must be regular files or absent.
+    """
+    envelope = out if out is not None else run_dir / ATTESTATION_FILE
+    summary = summary_path(Path(os.path.abspath(run_dir)), out)
+    why = ("kernel attest writes the envelope there and the verification summary beside it "
+           "(name a regular file); nothing was signed")
+    for label, path in (("--out", envelope), ("the summary", summary)):
+        refuse_output_is_input(path, key, outcomes, bundle, label=label)
+        refuse_unless_replaceable(path, label, why)
+
+
 def register(app: typer.Typer) -> None:
     """Attach the ``attest`` and ``attest-keygen`` commands to ``app``."""
 
@@ -150,6 +181,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         classes = fail_on_classes(fail_on, RUN_FAIL_ON_DEFAULT)
         refuse_stdio(RUN_DIR=run_dir, key=key, outcomes=outcomes, out=out)
+        if out is not None and out.is_symlink():
+            # Followed, as every output is (ADR 0013); the summary goes beside
+            # the envelope itself, where `kernel audit --attestation` finds it.
+            out = Path(os.path.realpath(out))
+        _refuse_outputs(run_dir, out, key, outcomes, bundle)
         if key.is_dir():  # was reported as unwritable_output (IsADirectoryError)
             refuse("key_unreadable", f"{key}: a directory, not a key file")
         loaded = None
@@ -163,7 +199,7 @@ def register(app: typer.Typer) -> None:
             target = attest_run(
                 run_dir, private_key, outcomes=outcomes, bundle=loaded, out=out,
                 fail_on=[c.value for c in FailOn if c in classes],
-                passed=lambda lines: _passes(lines, classes),
+                passed=lambda lines: _passes(lines, classes), write=write_atomically,
             )
         except AttestationError as exc:
             integrity = exc.code == "run_not_intact"
