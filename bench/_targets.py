@@ -393,7 +393,9 @@ def parallel(settings: Settings, say: Callable[[str], None]) -> list[Row]:
         *(
             f"{name}: per round "
             + ", ".join(f"{r:.2f}x" for r in values)
-            + f"; median {statistics.median(found.times[name]):.1f} s"
+            + f"; median {statistics.median(found.times[name]):.1f} s, of which the executor's "
+            f"start-up {statistics.median(found.startups[name]):.2f} s; without the start-up "
+            f"{statistics.median(found.ratios_after_startup[name]):.2f}x"
             for name, values in found.ratios.items()
             if values
         ),
