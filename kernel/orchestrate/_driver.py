@@ -180,29 +180,23 @@ def _is_gathered(value: object) -> bool:
     )
 
 
-def _collect(future: Future[_Gathered], state: ContractClosed) -> _Gathered:
+def _collect(future: Future[_Gathered], label: str) -> _Gathered:
     try:
         value: object = future.result()
     except Exception as exc:  # the worker died, was lost, or the task was not shipped
-        return _Gathered(
-            (), (f"{_label(state)}: evidence task failed {type(exc).__name__}: {exc}",)
-        )
+        return _Gathered((), (f"{label}: evidence task failed {type(exc).__name__}: {exc}",))
     if not _is_gathered(value):
-        note = f"{_label(state)}: evidence task returned {type(value).__name__}, not evidence"
+        note = f"{label}: evidence task returned {type(value).__name__}, not evidence"
         return _Gathered((), (note,))
     assert isinstance(value, _Gathered)
     return value
 
 
-def _submit(
-    executor: Executor, task: EvidenceTask, state: ContractClosed
-) -> Future[_Gathered] | _Gathered:
+def _submit(executor: Executor, task: EvidenceTask, label: str) -> Future[_Gathered] | _Gathered:
     try:
-        return executor.submit(_gather_task, task, _label(state))
+        return executor.submit(_gather_task, task, label)
     except Exception as exc:  # a broken pool, a task that cannot be pickled, a lost client
-        return _Gathered(
-            (), (f"{_label(state)}: evidence task not submitted {type(exc).__name__}: {exc}",)
-        )
+        return _Gathered((), (f"{label}: evidence task not submitted {type(exc).__name__}: {exc}",))
 
 
 def replay_requests(
@@ -258,7 +252,7 @@ def replay_requests(
             gathered[index] = _gather_task(task, _label(stage))
             advance()
         else:
-            submitted = _submit(executor, task, stage)
+            submitted = _submit(executor, task, _label(stage))
             if isinstance(submitted, _Gathered):
                 gathered[index] = submitted
                 advance()
@@ -271,7 +265,7 @@ def replay_requests(
         index = pending.pop(future)
         stage = staged[index]
         assert isinstance(stage, ContractClosed)
-        gathered[index] = _collect(future, stage)
+        gathered[index] = _collect(future, _label(stage))
         advance()
     outcomes: list[ReplayAdapterOutcome] = []
     for index, stage in enumerate(staged):
