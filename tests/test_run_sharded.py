@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import kernel.replay._facts as facts_module
 import kernel.replay._machine as machine
 from kernel.cli import app
 from tests.support.cli import KERNEL_MAIN
@@ -120,16 +121,21 @@ def test_the_outcome_files_of_inline_process_and_dask_are_equal(
         assert audited.returncode == 0, audited.stdout + audited.stderr
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[object]:
+def _counting_in(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[object]:
+    """Calls of ``module.name`` made in this process, by their first argument."""
     calls: list[object] = []
-    real: Callable[..., object] = getattr(machine, name)
+    real: Callable[..., object] = getattr(module, name)
 
     def counted(*args: object, **kwargs: object) -> object:
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(machine, name, counted)
+    monkeypatch.setattr(module, name, counted)
     return calls
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[object]:
+    return _counting_in(monkeypatch, machine, name)
 
 
 @pytest.mark.usefixtures("no_leftover_workers")
@@ -158,6 +164,31 @@ def test_a_sharded_run_never_runs_the_pure_steps_in_the_calling_process(
     assert done.exit_code == 3, done.output
     assert out.read_bytes() == inline["e2e"][1]
     assert contracts == [] and proofs == []
+
+
+def test_an_inline_run_examines_its_run_once_not_once_per_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 20 contract-refused attempts (the draft's second candidate): nothing to certify.
+    doc = json.loads(DRAFT.read_text(encoding="utf-8"))
+    doc["candidates"] = [doc["candidates"][1]] * 20
+    draft = tmp_path / "draft.json"
+    draft.write_text(json.dumps(doc), encoding="utf-8")
+    bundle = tmp_path / "bundle.json"
+    runner = CliRunner()
+    made = runner.invoke(app, ["bundle", str(draft), "--manifest", "certified.v1",
+                               "-o", str(bundle)])
+    assert made.exit_code == 0, made.output
+    examined = _counting_in(monkeypatch, facts_module, "examine_run")
+    out = tmp_path / "outcomes.jsonl"
+    done = runner.invoke(app, ["run", str(bundle), "--work-dir", str(tmp_path / "w"), "-q",
+                               "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    dispositions = [json.loads(line)["outcome"]["replay_disposition"]
+                    for line in out.read_bytes().splitlines()]
+    assert dispositions == ["contract_refused"] * 20
+    # ADR 0011: O(run + n). Examined once per attempt, a run of n cost O(n^2).
+    assert len(examined) == 1
 
 
 # --- faults -----------------------------------------------------------------------------

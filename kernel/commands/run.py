@@ -99,6 +99,8 @@ from kernel.replay import (
     ReplayAdapterOutcome,
     ReplayAdapterRefusal,
     ReplayAdapterResult,
+    RunFacts,
+    facts_for,
 )
 from kernel.serde import SerdeError, structure
 
@@ -426,10 +428,16 @@ def _hint(item: Attempt, outcome: ReplayAdapterOutcome) -> str | None:
 def _inline_batches(
     attempts: Iterator[Attempt], manifest: AuthorityManifest, certifier: ExternalCertifier
 ) -> Iterator[list[_Decided]]:
-    """Inline: each attempt decided here, one at a time (a batch of one)."""
+    """Inline: each attempt decided here, one at a time (a batch of one).
+
+    The run is examined once and its facts passed with every attempt (ADR 0011):
+    examined again for each attempt, a run of n attempts cost O(n^2).
+    """
+    facts: RunFacts | None = None
     for item in attempts:
         if isinstance(item, ReadyAttempt):
-            (outcome,) = replay_requests([item.request], manifest, certifier)
+            facts = facts_for(item.request, facts)
+            (outcome,) = replay_requests([item.request], manifest, certifier, facts=facts)
         else:
             outcome = item.refusal
         line = outcome_line(item.attempt_index, item.attempt_id, outcome)

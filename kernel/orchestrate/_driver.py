@@ -206,6 +206,7 @@ def replay_requests(
     *,
     executor: Executor | None = None,
     progress: Callable[[int, int], None] | None = None,
+    facts: RunFacts | None = None,
 ) -> tuple[ReplayAdapterOutcome, ...]:
     """One outcome per request, in the order given (see the module docstring).
 
@@ -215,7 +216,9 @@ def replay_requests(
     provider and the whole state (which grows with the run). That must be
     picklable for a process-based executor; when it is not, those attempts
     get no evidence. ``progress(done, total)``, if given, is called in this
-    thread.
+    thread. ``facts``, from ``facts_for``, are the run's when the caller has
+    examined it already (a caller that decides a run a few attempts per call
+    passes them on, so the run is examined once, not once per call: ADR 0011).
     """
     total = len(requests)
     done = 0
@@ -236,7 +239,6 @@ def replay_requests(
     pending: dict[Future[_Gathered], int] = {}
     # The run's facts are computed once per run object and passed to each of
     # its attempts (linear in the run's size; ADR 0011), never memoised by value.
-    facts: RunFacts | None = None
     for index, request in enumerate(requests):
         facts = facts_for(request, facts)
         stage = begin_attempt(request, manifest, facts=facts)
