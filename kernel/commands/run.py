@@ -5,10 +5,12 @@ Every attempt of the bundle (a single document or a bundle stream, a path or
 manifest (``kernel.organs.CERTIFIED_MANIFEST``); for each attempt whose
 contract closes, ``kernel.orchestrate.ExternalCertifier`` runs the pinned
 z3 -> cvc5 pair in ``DIR/<attempt_id>/`` and hands the sealed receipt to the
-pure ``arithmetic.target_certified`` authority. Attempts are taken in chunks
-(one at a time inline, a few per worker on a pool); each chunk's outcome
-lines are appended to ``DIR/outcomes.jsonl`` (flushed to disk) and streamed
-to the output as the chunk is decided, exactly like ``kernel replay``.
+pure ``arithmetic.target_certified`` authority. Inline, attempts are
+decided here one at a time; with ``--executor process|dask`` they are taken
+in shards whose pure steps run on shard workers, certifications on the
+executor in between (ADR 0020, ``kernel.orchestrate._sharded_run``). Each
+batch's outcome lines are appended to ``DIR/outcomes.jsonl`` (flushed to
+disk) and streamed to the output in run order, exactly like ``kernel replay``.
 
 Interrupts: SIGINT and SIGTERM stop the running certification, leave
 ``DIR/INTERRUPTED`` (which signal, how many outcomes are recorded) and exit
@@ -151,11 +153,15 @@ at --scheduler ADDRESS (its own workers; the same kernel, interpreter and
 solvers at the same paths on every worker, else the pins do not match and
 the attempt is not certified), or, without --scheduler, a local cluster of
 --workers single-threaded worker processes started and stopped here.
---workers defaults to the number of CPUs available. Only certification runs
-on the executor; the verdicts are computed here, in the run's order, so the
-output bytes do not depend on the executor or the worker count. A worker
-that dies or is lost leaves its attempt without evidence (not closed, never
-PASS). A progress bar goes to stderr when it is a terminal (not with -q).
+--workers defaults to the number of CPUs available. With process or dask the
+pure steps (validate, contract, proofs) run on the workers too, in shards of
+--shard-size attempts, and the outcome lines are written here in the run's
+order, so the output bytes do not depend on the executor, the worker count
+or the shard size. A certification worker that dies or is lost leaves its
+attempt without evidence (not closed, never PASS); a shard worker that dies
+has its shards run again, and past three deaths the run stops (exit 2,
+worker_lost; the recorded outcomes are kept for --resume). A progress bar
+goes to stderr when it is a terminal (not with -q).
 
 Exit codes: 0 intact and no outcome in a --fail-on class (default:
 unclassified, so every attempt classified by its authorities, whatever they
@@ -165,7 +171,8 @@ concluded fails the run; --fail-on integrity fails on tampering only); 1
 an outcome in a selected class; 2 refused at the
 boundary, nothing run (bad bundle, work directory not empty and no
 --resume, bad deadline, certifier unavailable, bad worker count,
-conflicting executor options, unreachable scheduler); 3 integrity (an
+conflicting executor options, unreachable scheduler), or shard workers
+lost (worker_lost: the recorded outcomes are kept; --resume); 3 integrity (an
 attempt's input is not what the run recorded, or, with --resume, a recorded
 outcome line that the bundle and the stored certification do not give again:
 resume_log_tampered, nothing touched); 130 SIGINT; 143 SIGTERM.
@@ -483,7 +490,8 @@ def register(app: typer.Typer) -> None:
         executor: Annotated[str, typer.Option(
             "--executor", metavar=f"[{EXECUTOR_NAMES}]",
             help="Where certifications run: inline (this process, one after the other), "
-                 "process (a local process pool) or dask (Dask distributed). "
+                 "process (a local process pool) or dask (Dask distributed); with process "
+                 "or dask the pure steps run on workers too, in shards. "
                  "Output bytes are the same for every choice.")] = "inline",
         workers: Annotated[str | None, typer.Option(
             "--workers", metavar="N",

@@ -11,6 +11,11 @@ Theory of operation (ADR-0229 §5, §12; ADR-0002; ADR-0006; ADR-0008):
 
 The two half-steps are the replay machine's own driver (the one
 ``replay_attempt`` runs); this module only decides where evidence is gathered.
+It is the library's driver and ``kernel run --executor inline``'s; ``kernel
+run --executor process|dask`` runs the pure half-steps on shard workers
+instead, with this module's evidence submission in between
+(``_sharded_run``, ADR 0020), and a caller that decides a run a few attempts
+at a time passes the run's ``facts`` on between calls.
 
 - The pure transitions run in the caller: they are cheap (about 2.5 ms per
   attempt against about 0.6 s for one certification), the authority

@@ -21,7 +21,11 @@ Theory of operation:
   at a time, and yields the results in the run's order, each shard's only
   after every earlier shard's: the caller writes the lines in canonical order
   and the bytes equal the serial run's. Memory holds the shared part and the
-  shards in flight, never the run's outcomes.
+  shards in flight, never the run's outcomes. Underneath, a runner takes
+  ``Job``s (a module-level function and its arguments, called with the
+  prepared shared part) and hands results back in submission order
+  (``submit``/``take``); ``kernel run``'s two half-shards
+  (``_sharded_run``) are jobs too.
 - Faults. Classification is pure and deterministic, so a shard may be run
   again without changing a byte; a shard's result is taken exactly once, in
   order, so nothing is lost or written twice. A process pool whose worker
