@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final, assert_never
+from typing import BinaryIO, Final, assert_never, cast
 
 import typer
 
@@ -30,7 +31,14 @@ from kernel.bundles import (
     document_attempts,
 )
 from kernel.commands._io import bounded_lines, is_stdio, open_input, refuse
-from kernel.commands._outcomes import Emitter, OutputFormat, stream_error
+from kernel.commands._outcomes import (
+    Attempt,
+    BundleCopy,
+    Emitter,
+    OutputFormat,
+    _Tee,
+    stream_error,
+)
 from kernel.commands._signals import interruption
 from kernel.commands._verdict import FailOn
 from kernel.identity import JsonValue
@@ -119,11 +127,26 @@ class StreamShards:
         self._lines = lines
         self._count = count
         self._size = size
+        self._start = 0
+        self.run_id = reader.run_id or ""
         self.tail: tuple[RefusedAttempt, ...] = ()
         self.error: BundleStreamError | None = None
 
+    def take(self, count: int) -> list[Attempt]:
+        """The first ``count`` attempts, read here (``kernel run --resume``); shards follow them."""
+        reader = self._reader.positioned(0)
+        items: list[Attempt] = []
+        for line in itertools.islice(self._lines, min(count, self._count)):
+            item = reader.feed_oversized() if line is None else reader.feed(line)
+            assert item is not None  # within the attempt count, every line is an attempt's
+            items.append(item)
+        if len(items) < count:  # the stream ended early: the serial reader's refusals
+            items += reader.finish()[: count - len(items)]
+        self._start = len(items)
+        return items
+
     def __iter__(self) -> Iterator[Shard]:
-        start = 0
+        start = self._start
         batch: list[bytes | None] = []
         for line in self._lines:
             if start + len(batch) >= self._count:
@@ -153,22 +176,38 @@ class StreamShards:
 class DocumentShards:
     """A document's attempts as index ranges (the workers hold the document)."""
 
-    def __init__(self, count: int, size: int) -> None:
+    def __init__(self, count: int, size: int, run_id: str = "", data: bytes = b"") -> None:
         self._count = count
         self._size = size
+        self._start = 0
+        self._data = data
+        self.run_id = run_id
         self.tail: tuple[RefusedAttempt, ...] = ()
         self.error: BundleStreamError | None = None
 
+    def take(self, count: int) -> list[Attempt]:
+        """The first ``count`` attempts, parsed here again (``kernel run --resume``)."""
+        value = parse_json(self._data, max_depth=BUNDLE_LIMITS.depth)
+        items: list[Attempt] = list(itertools.islice(
+            document_attempts(structure(value, ReplayBundle)), count))
+        self._start = len(items)
+        return items
+
     def __iter__(self) -> Iterator[Shard]:
-        for start in range(0, self._count, self._size):
+        for start in range(self._start, self._count, self._size):
             yield Shard(start, min(self._size, self._count - start))
 
 
 def open_sharded(
-    path: Path, shard_size: int
+    path: Path, shard_size: int, copy: BundleCopy | None = None
 ) -> tuple[int, SharedRun, StreamShards | DocumentShards]:
-    """``(attempt count, shared part, shards)``; refuses (exit 2) what ``open_bundle`` refuses."""
+    """``(attempt count, shared part, shards)``; refuses (exit 2) what ``open_bundle`` refuses.
+
+    With ``copy``, every byte read is kept there too, as ``open_bundle`` keeps it.
+    """
     handle = open_input(path)
+    if copy is not None:
+        handle = cast(BinaryIO, _Tee(handle, copy))
     limit = max(BUNDLE_LIMITS.document_bytes, BUNDLE_LIMITS.line_bytes)
     lines = bounded_lines(handle, limit)
     first = next(lines, b"")
@@ -179,6 +218,8 @@ def open_sharded(
     except SerdeError as exc:
         head = exc
     if isinstance(head, dict) and "format" in head:
+        if copy is not None:
+            copy.stream = True
         reader = BundleStreamReader()
         kept = [first]
         try:
@@ -214,8 +255,9 @@ def open_sharded(
         count = sum(1 for _ in document_attempts(bundle))
     except ValueError as exc:
         refuse("bundle_shape_invalid", f"{path}: {exc}")
+    run_id = bundle.chain.run.run_id
     del bundle, head
-    return count, shared_document(data), DocumentShards(count, shard_size)
+    return count, shared_document(data), DocumentShards(count, shard_size, run_id, data)
 
 
 def replay_sharded(

@@ -5,10 +5,12 @@ Every attempt of the bundle (a single document or a bundle stream, a path or
 manifest (``kernel.organs.CERTIFIED_MANIFEST``); for each attempt whose
 contract closes, ``kernel.orchestrate.ExternalCertifier`` runs the pinned
 z3 -> cvc5 pair in ``DIR/<attempt_id>/`` and hands the sealed receipt to the
-pure ``arithmetic.target_certified`` authority. Attempts are taken in chunks
-(one at a time inline, a few per worker on a pool); each chunk's outcome
-lines are appended to ``DIR/outcomes.jsonl`` (flushed to disk) and streamed
-to the output as the chunk is decided, exactly like ``kernel replay``.
+pure ``arithmetic.target_certified`` authority. Inline, attempts are
+decided here one at a time; with ``--executor process|dask`` they are taken
+in shards whose pure steps run on shard workers, certifications on the
+executor in between (ADR 0020, ``kernel.orchestrate._sharded_run``). Each
+batch's outcome lines are appended to ``DIR/outcomes.jsonl`` (flushed to
+disk) and streamed to the output in run order, exactly like ``kernel replay``.
 
 Interrupts: SIGINT and SIGTERM stop the running certification, leave
 ``DIR/INTERRUPTED`` (which signal, how many outcomes are recorded) and exit
@@ -40,6 +42,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
@@ -66,7 +69,14 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
-from kernel.commands._sharded import EXECUTOR_NAMES, executor_spec
+from kernel.commands._sharded import (
+    EXECUTOR_NAMES,
+    MAX_SHARD_SIZE,
+    DocumentShards,
+    StreamShards,
+    executor_spec,
+    open_sharded,
+)
 from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.external import RunLimits, default_environment
@@ -83,8 +93,17 @@ from kernel.orchestrate import (
     open_executor,
     replay_requests,
 )
+from kernel.orchestrate._sharded_run import replay_shards
+from kernel.orchestrate._shards import ShardError, ShardRunner, shards_beside
 from kernel.organs import certified_manifest
-from kernel.replay import ReplayAdapterOutcome, ReplayAdapterRefusal, ReplayAdapterResult
+from kernel.replay import (
+    AuthorityManifest,
+    ReplayAdapterOutcome,
+    ReplayAdapterRefusal,
+    ReplayAdapterResult,
+    RunFacts,
+    facts_for,
+)
 from kernel.serde import SerdeError, structure
 
 _HELP = """Run the main job: replay every attempt and certify targets with z3 -> cvc5.
@@ -134,11 +153,15 @@ at --scheduler ADDRESS (its own workers; the same kernel, interpreter and
 solvers at the same paths on every worker, else the pins do not match and
 the attempt is not certified), or, without --scheduler, a local cluster of
 --workers single-threaded worker processes started and stopped here.
---workers defaults to the number of CPUs available. Only certification runs
-on the executor; the verdicts are computed here, in the run's order, so the
-output bytes do not depend on the executor or the worker count. A worker
-that dies or is lost leaves its attempt without evidence (not closed, never
-PASS). A progress bar goes to stderr when it is a terminal (not with -q).
+--workers defaults to the number of CPUs available. With process or dask the
+pure steps (validate, contract, proofs) run on the workers too, in shards of
+--shard-size attempts, and the outcome lines are written here in the run's
+order, so the output bytes do not depend on the executor, the worker count
+or the shard size. A certification worker that dies or is lost leaves its
+attempt without evidence (not closed, never PASS); a shard worker that dies
+has its shards run again, and past three deaths the run stops (exit 2,
+worker_lost; the recorded outcomes are kept for --resume). A progress bar
+goes to stderr when it is a terminal (not with -q).
 
 Exit codes: 0 intact and no outcome in a --fail-on class (default:
 unclassified, so every attempt classified by its authorities, whatever they
@@ -148,7 +171,8 @@ concluded fails the run; --fail-on integrity fails on tampering only); 1
 an outcome in a selected class; 2 refused at the
 boundary, nothing run (bad bundle, work directory not empty and no
 --resume, bad deadline, certifier unavailable, bad worker count,
-conflicting executor options, unreachable scheduler); 3 integrity (an
+conflicting executor options, unreachable scheduler), or shard workers
+lost (worker_lost: the recorded outcomes are kept; --resume); 3 integrity (an
 attempt's input is not what the run recorded, or, with --resume, a recorded
 outcome line that the bundle and the stored certification do not give again:
 resume_log_tampered, nothing touched); 130 SIGINT; 143 SIGTERM.
@@ -161,6 +185,10 @@ _MANIFEST_ADVICE = ("kernel run certifies under certified.v1: seal the draft wit
 
 
 
+# Attempts per shard for kernel run: from 50 up the per-shard cost is within the noise
+# (BENCHMARKS.md "Sharded replay"), and an interrupt discards at most the
+# certifications of the 2W + 1 shards in flight that were not yet recorded.
+_SHARD_SIZE = 50
 STATE_FILE = "run-state.json"
 OUTCOMES_FILE = "outcomes.jsonl"
 INTERRUPTED_FILE = "INTERRUPTED"
@@ -395,15 +423,47 @@ def _certification_lines(
     ]
 
 
-def _chunks(items: Iterator[Attempt], size: int) -> Iterator[list[Attempt]]:
-    chunk: list[Attempt] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+# One decided attempt as the command records it: index, attempt id, outcome, line, hint.
+_Decided = tuple[int, str | None, ReplayAdapterOutcome, bytes, str | None]
+
+
+def _hint(item: Attempt, outcome: ReplayAdapterOutcome) -> str | None:
+    """The summary's likely cause (a builtin.v1 bundle); module level, so a worker can call it."""
+    return manifest_hint(item, outcome, certified_manifest(), _MANIFEST_ADVICE)
+
+
+def _inline_batches(
+    attempts: Iterator[Attempt], manifest: AuthorityManifest, certifier: ExternalCertifier
+) -> Iterator[list[_Decided]]:
+    """Inline: each attempt decided here, one at a time (a batch of one).
+
+    The run is examined once and its facts passed with every attempt (ADR 0011):
+    examined again for each attempt, a run of n attempts cost O(n^2).
+    """
+    facts: RunFacts | None = None
+    for item in attempts:
+        if isinstance(item, ReadyAttempt):
+            facts = facts_for(item.request, facts)
+            (outcome,) = replay_requests([item.request], manifest, certifier, facts=facts)
+        else:
+            outcome = item.refusal
+        line = outcome_line(item.attempt_index, item.attempt_id, outcome)
+        yield [(item.attempt_index, item.attempt_id, outcome, line, _hint(item, outcome))]
+
+
+def _sharded_batches(
+    runner: ShardRunner, shards: StreamShards | DocumentShards, pool: Executor | None,
+    certifier: ExternalCertifier, manifest: AuthorityManifest,
+) -> Iterator[list[_Decided]]:
+    """On workers: a shard at a time, its pure steps there, its certifications on ``pool``."""
+    for batch in replay_shards(runner, shards, pool, certifier, manifest.manifest_version,
+                               _hint):
+        yield [(s.index, s.attempt_id, s.outcome, s.line, s.hint) for s in batch]
+    tail: list[_Decided] = [(item.attempt_index, item.attempt_id, item.refusal,
+             outcome_line(item.attempt_index, item.attempt_id, item.refusal),
+             _hint(item, item.refusal)) for item in shards.tail]
+    if tail:  # attempt lines missing at the end of the stream: the reader's refusals
+        yield tail
 
 
 def register(app: typer.Typer) -> None:
@@ -430,7 +490,8 @@ def register(app: typer.Typer) -> None:
         executor: Annotated[str, typer.Option(
             "--executor", metavar=f"[{EXECUTOR_NAMES}]",
             help="Where certifications run: inline (this process, one after the other), "
-                 "process (a local process pool) or dask (Dask distributed). "
+                 "process (a local process pool) or dask (Dask distributed); with process "
+                 "or dask the pure steps run on workers too, in shards. "
                  "Output bytes are the same for every choice.")] = "inline",
         workers: Annotated[str | None, typer.Option(
             "--workers", metavar="N",
@@ -443,6 +504,11 @@ def register(app: typer.Typer) -> None:
         connect_timeout: Annotated[float, typer.Option(
             "--connect-timeout", metavar="SECONDS",
             help="How long to try reaching --scheduler before refusing.")] = 10.0,
+        shard_size: Annotated[int | None, typer.Option(
+            "--shard-size", metavar="N", min=1, max=MAX_SHARD_SIZE,
+            help=f"Attempts per shard with --executor process or dask (default "
+                 f"{_SHARD_SIZE}): their pure steps run on the workers a shard at a "
+                 "time. Output bytes are the same for every size.")] = None,
         evidence_store: Annotated[Path | None, typer.Option(
             "--evidence-store", metavar="DIR",
             help="Evidence store shared by runs (created if absent; off by default): "
@@ -458,14 +524,22 @@ def register(app: typer.Typer) -> None:
         spec = executor_spec(executor, workers, scheduler, connect_timeout)
         refuse_output_is_input(out, bundle_path, work_dir / OUTCOMES_FILE)
         copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)
-        total, identity, attempts = open_bundle(bundle_path, copy)
+        sharded = spec.kind is not ExecutorKind.INLINE
+        attempts: Iterator[Attempt] = iter(())
+        shards: StreamShards | DocumentShards | None = None
+        if sharded:  # the pure steps on the workers too (ADR 0020): the lines, unparsed here
+            total, shared, shards = open_sharded(bundle_path, shard_size or _SHARD_SIZE, copy)
+            identity = shards.run_id
+        else:
+            total, identity, attempts = open_bundle(bundle_path, copy)
         recorded: list[bytes] = []
         prefix: list[Attempt] = []
         manifest = certified_manifest()
         if resume:
             recorded = _recorded_outcomes(work_dir, identity, total)
             # Read past the recorded attempts, but never take their outcomes on trust.
-            prefix = list(itertools.islice(attempts, len(recorded)))
+            prefix = (shards.take(len(recorded)) if shards is not None
+                      else list(itertools.islice(attempts, len(recorded))))
             _check_recorded(work_dir, prefix, recorded)
         else:
             _check_fresh_work_dir(work_dir)
@@ -496,7 +570,8 @@ def register(app: typer.Typer) -> None:
             kept = stack.enter_context((root / BUNDLE_PARTIAL).open("wb"))
             copy.attach(kept)
             recorded_ids = {json.loads(line)["attempt_id"] for line in recorded}
-            elapsed = 0.0  # seconds spent deciding chunks: the certifications, mostly
+            elapsed = 0.0  # seconds spent deciding batches: the certifications, mostly
+            runner: ShardRunner | None = None
             logger.addHandler(handler)
             stack.callback(logger.removeHandler, handler)
             try:
@@ -510,32 +585,40 @@ def register(app: typer.Typer) -> None:
                         outcome = _outcome_of(line)
                         emitter.add(index, json.loads(line)["attempt_id"], outcome,
                                     manifest_hint(item, outcome, manifest, _MANIFEST_ADVICE))
-                    size = 1 if spec.kind is ExecutorKind.INLINE else 4 * (spec.workers or 1)
+                    if shards is None:
+                        batches = _inline_batches(attempts, manifest, certifier)
+                    else:
+                        runner = stack.enter_context(shards_beside(shared, spec, pool))
+                        batches = _sharded_batches(runner, shards, pool, certifier, manifest)
                     try:
-                        for chunk in _chunks(attempts, size):
-                            ready = [i.request for i in chunk if isinstance(i, ReadyAttempt)]
+                        while True:
                             started = time.monotonic()
-                            decided = iter(replay_requests(
-                                ready, manifest, certifier, executor=pool))
+                            batch = next(batches, None)
                             elapsed += time.monotonic() - started
-                            lines = []
-                            for item in chunk:
-                                outcome = (next(decided) if isinstance(item, ReadyAttempt)
-                                           else item.refusal)
-                                emitter.add(
-                                    item.attempt_index, item.attempt_id, outcome,
-                                    manifest_hint(item, outcome, manifest, _MANIFEST_ADVICE))
-                                lines.append(outcome_line(
-                                    item.attempt_index, item.attempt_id, outcome))
-                            # Recorded (and flushed to disk) a chunk at a time: what
+                            if batch is None:
+                                break
+                            for index, attempt_id, outcome, line, hint in batch:
+                                emitter.add(index, attempt_id, outcome, hint, line=line)
+                            # Recorded (and flushed to disk) a batch at a time: what
                             # --resume keeps is exactly what was decided.
-                            log.write(b"".join(lines))
+                            log.write(b"".join(entry[3] for entry in batch))
                             log.flush()
                             os.fsync(log.fileno())
                     except BundleStreamError as exc:
                         stream_error(bundle_path, exc)
+                    if shards is not None and shards.error is not None:
+                        stream_error(bundle_path, shards.error)
+                    if runner is not None and runner.restarts and not quiet:
+                        typer.echo("note: a worker process died; the shards it had not "
+                                   f"returned were run again ({runner.restarts} time(s))",
+                                   err=True)
                     _keep_bundle(root, kept, copy)
                     code = emitter.finish()
+            except ShardError as exc:  # a shard's workers were lost: fail closed, resumable
+                log.flush()
+                done = (root / OUTCOMES_FILE).read_bytes().count(b"\n")
+                refuse(exc.code, f"{exc.message}: {done} of {total} attempts recorded; "
+                       f"continue with --resume --work-dir {work_dir}")
             except KeyboardInterrupt as exc:
                 name, exit_code = interruption(exc)
                 # What --resume will keep: the complete lines on disk (the signal

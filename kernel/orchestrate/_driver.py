@@ -11,6 +11,11 @@ Theory of operation (ADR-0229 §5, §12; ADR-0002; ADR-0006; ADR-0008):
 
 The two half-steps are the replay machine's own driver (the one
 ``replay_attempt`` runs); this module only decides where evidence is gathered.
+It is the library's driver and ``kernel run --executor inline``'s; ``kernel
+run --executor process|dask`` runs the pure half-steps on shard workers
+instead, with this module's evidence submission in between
+(``_sharded_run``, ADR 0020), and a caller that decides a run a few attempts
+at a time passes the run's ``facts`` on between calls.
 
 - The pure transitions run in the caller: they are cheap (about 2.5 ms per
   attempt against about 0.6 s for one certification), the authority
@@ -180,29 +185,23 @@ def _is_gathered(value: object) -> bool:
     )
 
 
-def _collect(future: Future[_Gathered], state: ContractClosed) -> _Gathered:
+def _collect(future: Future[_Gathered], label: str) -> _Gathered:
     try:
         value: object = future.result()
     except Exception as exc:  # the worker died, was lost, or the task was not shipped
-        return _Gathered(
-            (), (f"{_label(state)}: evidence task failed {type(exc).__name__}: {exc}",)
-        )
+        return _Gathered((), (f"{label}: evidence task failed {type(exc).__name__}: {exc}",))
     if not _is_gathered(value):
-        note = f"{_label(state)}: evidence task returned {type(value).__name__}, not evidence"
+        note = f"{label}: evidence task returned {type(value).__name__}, not evidence"
         return _Gathered((), (note,))
     assert isinstance(value, _Gathered)
     return value
 
 
-def _submit(
-    executor: Executor, task: EvidenceTask, state: ContractClosed
-) -> Future[_Gathered] | _Gathered:
+def _submit(executor: Executor, task: EvidenceTask, label: str) -> Future[_Gathered] | _Gathered:
     try:
-        return executor.submit(_gather_task, task, _label(state))
+        return executor.submit(_gather_task, task, label)
     except Exception as exc:  # a broken pool, a task that cannot be pickled, a lost client
-        return _Gathered(
-            (), (f"{_label(state)}: evidence task not submitted {type(exc).__name__}: {exc}",)
-        )
+        return _Gathered((), (f"{label}: evidence task not submitted {type(exc).__name__}: {exc}",))
 
 
 def replay_requests(
@@ -212,6 +211,7 @@ def replay_requests(
     *,
     executor: Executor | None = None,
     progress: Callable[[int, int], None] | None = None,
+    facts: RunFacts | None = None,
 ) -> tuple[ReplayAdapterOutcome, ...]:
     """One outcome per request, in the order given (see the module docstring).
 
@@ -221,7 +221,9 @@ def replay_requests(
     provider and the whole state (which grows with the run). That must be
     picklable for a process-based executor; when it is not, those attempts
     get no evidence. ``progress(done, total)``, if given, is called in this
-    thread.
+    thread. ``facts``, from ``facts_for``, are the run's when the caller has
+    examined it already (a caller that decides a run a few attempts per call
+    passes them on, so the run is examined once, not once per call: ADR 0011).
     """
     total = len(requests)
     done = 0
@@ -242,7 +244,6 @@ def replay_requests(
     pending: dict[Future[_Gathered], int] = {}
     # The run's facts are computed once per run object and passed to each of
     # its attempts (linear in the run's size; ADR 0011), never memoised by value.
-    facts: RunFacts | None = None
     for index, request in enumerate(requests):
         facts = facts_for(request, facts)
         stage = begin_attempt(request, manifest, facts=facts)
@@ -258,7 +259,7 @@ def replay_requests(
             gathered[index] = _gather_task(task, _label(stage))
             advance()
         else:
-            submitted = _submit(executor, task, stage)
+            submitted = _submit(executor, task, _label(stage))
             if isinstance(submitted, _Gathered):
                 gathered[index] = submitted
                 advance()
@@ -271,7 +272,7 @@ def replay_requests(
         index = pending.pop(future)
         stage = staged[index]
         assert isinstance(stage, ContractClosed)
-        gathered[index] = _collect(future, stage)
+        gathered[index] = _collect(future, _label(stage))
         advance()
     outcomes: list[ReplayAdapterOutcome] = []
     for index, stage in enumerate(staged):

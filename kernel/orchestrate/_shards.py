@@ -21,7 +21,11 @@ Theory of operation:
   at a time, and yields the results in the run's order, each shard's only
   after every earlier shard's: the caller writes the lines in canonical order
   and the bytes equal the serial run's. Memory holds the shared part and the
-  shards in flight, never the run's outcomes.
+  shards in flight, never the run's outcomes. Underneath, a runner takes
+  ``Job``s (a module-level function and its arguments, called with the
+  prepared shared part) and hands results back in submission order
+  (``submit``/``take``); ``kernel run``'s two half-shards
+  (``_sharded_run``) are jobs too.
 - Faults. Classification is pure and deterministic, so a shard may be run
   again without changing a byte; a shard's result is taken exactly once, in
   order, so nothing is lost or written twice. A process pool whose worker
@@ -50,10 +54,10 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Final, Literal, assert_never, final
+from typing import Any, Final, Literal, assert_never, cast, final
 
 import attrs
 
@@ -76,7 +80,7 @@ from kernel.orchestrate._executors import (
     check_executor_spec,
 )
 from kernel.orchestrate.errors import ExecutorSetupError, OrchestrateError
-from kernel.organs import builtin_manifest
+from kernel.organs import builtin_manifest, certified_manifest
 from kernel.replay import (
     AuthorityManifest,
     ReplayAdapterOutcome,
@@ -91,6 +95,7 @@ __all__ = [
     "DEFAULT_SHARD_SIZE",
     "MAX_RESTARTS",
     "Decided",
+    "Job",
     "Shard",
     "ShardError",
     "ShardRunner",
@@ -98,7 +103,9 @@ __all__ = [
     "classify_item",
     "classify_shard",
     "dask_shards",
+    "prepared_run",
     "process_shards",
+    "shards_beside",
     "shared_document",
     "shared_stream",
 ]
@@ -207,6 +214,23 @@ class _Prepared:
             case _:
                 assert_never(shared.layout)
 
+    def manifest_of(self, version: str) -> AuthorityManifest:
+        """A shipped manifest by its version (``kernel run`` replays under certified.v1)."""
+        for manifest in (self.manifest, certified_manifest()):
+            if manifest.manifest_version == version:
+                return manifest
+        raise ValueError(f"no shipped manifest {version!r}")
+
+    def item_at(self, index: int, line: bytes | None) -> Attempt:
+        """Attempt ``index`` alone (its line as read, for a stream)."""
+        if self.reader is None:
+            return self.attempts[index]
+        reader = self.reader.positioned(index)
+        item = reader.feed_oversized() if line is None else reader.feed(line)
+        if item is None or item.attempt_index != index:
+            raise ValueError(f"the line of attempt {index} gave no such attempt")
+        return item
+
     def items(self, shard: Shard) -> Iterator[Attempt]:
         if self.reader is None:
             yield from self.attempts[shard.start : shard.start + shard.count]
@@ -250,6 +274,11 @@ def _prepared(shared: SharedRun | None) -> _Prepared:
         return _PREPARED[0]
 
 
+def prepared_run(shared: SharedRun | None) -> _Prepared:
+    """This worker's prepared run (see ``classify_shard`` for ``shared``)."""
+    return _prepared(shared)
+
+
 def classify_shard(
     shared: SharedRun | None, shard: Shard
 ) -> tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...]:
@@ -283,41 +312,71 @@ def _initialize(path: str, token: str) -> None:
 # --- the runners -------------------------------------------------------------------
 
 
+@final
+@attrs.frozen(eq=False)
+class Job:
+    """One unit of work for the workers: ``fn(shared, *args)`` (``fn`` picklable by reference).
+
+    A worker calls ``fn`` with its prepared shared part (``None`` in a pool
+    worker, whose initializer prepared it; the scattered value on Dask). The
+    work must be pure: a job not yet taken may be run again after a worker
+    died, and its result must then be the same.
+    """
+
+    fn: Callable[..., object]
+    args: tuple[object, ...]
+
+
 class ShardRunner:
-    """Classify shards on workers, results in order; ``close`` stops the workers."""
+    """Jobs on workers, results taken in submission order; ``close`` stops the workers."""
 
     def __init__(self, workers: int, in_flight: int | None = None) -> None:
         self.workers = workers
         self.in_flight = in_flight or 2 * workers + 1
         self.restarts = 0
+        self._pending: deque[tuple[Job, Any]] = deque()
 
-    def _submit(self, shard: Shard) -> Any:
+    def _submit(self, job: Job) -> Any:
         raise NotImplementedError
 
-    def _take(self, handle: Any, pending: deque[tuple[Shard, Any]]) -> tuple[
-        tuple[str | None, ReplayAdapterOutcome, bytes], ...
-    ]:
+    def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
         raise NotImplementedError
+
+    @property
+    def pending(self) -> int:
+        """Jobs submitted and not yet taken."""
+        return len(self._pending)
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; its result is taken by ``take`` after every earlier job's."""
+        self._pending.append((job, self._submit(job)))
+
+    def take(self) -> tuple[Job, object]:
+        """The oldest job not yet taken and its result (waits for it); ``ShardError`` if lost."""
+        job, handle = self._pending[0]
+        result = self._take(handle, self._pending)
+        self._pending.popleft()
+        return job, result
 
     def run(self, shards: Iterable[Shard]) -> Iterator[Decided]:
         """Every attempt of ``shards``, in order; raises ``ShardError`` when a shard is lost."""
-        pending: deque[tuple[Shard, Any]] = deque()
         source = iter(shards)
         exhausted = False
         while True:
-            while not exhausted and len(pending) < self.in_flight:
+            while not exhausted and self.pending < self.in_flight:
                 shard = next(source, None)
                 if shard is None:
                     exhausted = True
                     break
-                pending.append((shard, self._submit(shard)))
-            if not pending:
+                self.submit(Job(classify_shard, (shard,)))
+            if not self.pending:
                 return
-            shard, handle = pending[0]
-            results = self._take(handle, pending)
-            pending.popleft()
+            job, found = self.take()
+            taken = job.args[0]
+            assert isinstance(taken, Shard)
+            results = cast(tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...], found)
             for offset, (attempt_id, outcome, line) in enumerate(results):
-                yield shard.start + offset, attempt_id, outcome, line
+                yield taken.start + offset, attempt_id, outcome, line
 
 
 @final
@@ -360,22 +419,19 @@ class _ProcessShards(ShardRunner):
         with contextlib.suppress(OSError):
             os.rmdir(self._directory)
 
-    def _submit(self, shard: Shard) -> Future[Any]:
+    def _submit(self, job: Job) -> Future[Any]:
         try:
-            return self._pool.submit(classify_shard, None, shard)
+            return self._pool.submit(job.fn, None, *job.args)
         except BrokenProcessPool as exc:  # a worker died since: taken (and re-run) in order
             future: Future[Any] = Future()
             future.set_exception(exc)
             return future
 
-    def _take(self, handle: Any, pending: deque[tuple[Shard, Any]]) -> tuple[
-        tuple[str | None, ReplayAdapterOutcome, bytes], ...
-    ]:
+    def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
         future: Future[Any] = handle
         while True:
             try:
-                result: tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...]
-                result = future.result()
+                result: object = future.result()
                 return result
             except BrokenProcessPool as exc:
                 # A worker died (killed, out of memory): every shard not yet
@@ -389,8 +445,8 @@ class _ProcessShards(ShardRunner):
                     ) from exc
                 stop_pool(self._pool)
                 self._pool = self._start()
-                for position, (shard, _) in enumerate(pending):
-                    pending[position] = (shard, self._submit(shard))
+                for position, (job, _) in enumerate(pending):
+                    pending[position] = (job, self._submit(job))
                 future = pending[0][1]
             except Exception as exc:
                 raise ShardError("shard_failed", f"{type(exc).__name__}: {exc}") from exc
@@ -474,18 +530,16 @@ class _DaskShards(ShardRunner):
         self._shared = client.scatter(shared, broadcast=True, hash=False)
         self._futures: list[Any] = []
 
-    def _submit(self, shard: Shard) -> Any:
-        future = self._client.submit(classify_shard, self._shared, shard, pure=False)
+    def _submit(self, job: Job) -> Any:
+        future = self._client.submit(job.fn, self._shared, *job.args, pure=False)
         self._futures.append(future)
         if len(self._futures) > 4 * self.in_flight:
             self._futures = [f for f in self._futures if not f.done()]
         return future
 
-    def _take(self, handle: Any, pending: deque[tuple[Shard, Any]]) -> tuple[
-        tuple[str | None, ReplayAdapterOutcome, bytes], ...
-    ]:
+    def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
         try:
-            result: tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...] = handle.result()
+            result: object = handle.result()
         except Exception as exc:
             code = "worker_lost" if type(exc).__name__ == "KilledWorker" else "shard_failed"
             raise ShardError(code, f"{type(exc).__name__}: {exc}") from exc
@@ -517,6 +571,43 @@ def dask_shards(
         except BaseException:
             runner.cancel()
             raise
+
+
+@contextlib.contextmanager
+def shards_beside(
+    shared: SharedRun, spec: ExecutorSpec, executor: Executor | None,
+    in_flight: int | None = None,
+) -> Iterator[ShardRunner]:
+    """Shard workers next to ``executor``, the one ``open_executor(spec)`` yielded (``kernel run``).
+
+    ``process``: a second spawn pool of ``spec.workers``, given ``shared``
+    once; the certification pool stays as it is (its workers' SIGTERM
+    handling stops a running step group). ``dask``: the executor's own client
+    (one cluster for the run), the shared part scattered to its workers.
+    ``inline`` has no workers: it is never sharded.
+    """
+    match spec.kind:
+        case ExecutorKind.PROCESS:
+            assert spec.workers is not None
+            with process_shards(shared, spec.workers, in_flight) as runner:
+                yield runner
+        case ExecutorKind.DASK:
+            # distributed's ClientExecutor keeps its client as ``_client``.
+            client: Any = getattr(executor, "_client", None)
+            if client is None:
+                raise ExecutorSetupError("executor_unavailable",
+                                         "the Dask executor holds no client to shard on")
+            count = spec.workers or max(1, len(client.scheduler_info().get("workers", {})))
+            runner = _DaskShards(client, shared, count, in_flight)
+            try:
+                yield runner
+            except BaseException:
+                runner.cancel()
+                raise
+        case ExecutorKind.INLINE:
+            raise AssertionError("inline is not sharded")
+        case _:
+            assert_never(spec.kind)
 
 
 @contextlib.contextmanager
