@@ -29,7 +29,7 @@ def test_public_api_exports_are_exact() -> None:
         "ProofsReplayed", "ReasonCode", "ReplayAdapterInput", "ReplayAdapterOutcome",
         "ReplayAdapterRefusal", "ReplayAdapterResult", "ReplayBundle", "ReplayDisposition",
         "ReplayMisuseError", "ReplayRequest", "RunFacts", "Validated", "begin_attempt",
-        "build_replay_input", "dispose", "examine_run", "facts_for", "finish_attempt",
+        "build_replay_input", "candidate_derived", "dispose", "examine_run", "facts_for", "finish_attempt",
         "input_digest_of", "proof_outcome_id_of", "refusal_id_of", "refuse_malformed_attempt",
         "replay_attempt", "replay_attempts", "replay_bundle_attempts",
         "replay_bundle_document", "replay_contract",
