@@ -17,11 +17,10 @@ Rules (ADR-0229 §9, §10, §15.1, ARCHITECTURE.md "The replay state machine"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar, Token
 from enum import Enum
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import Any, Final, TypeVar, cast, final
 
 import attrs
@@ -197,14 +196,31 @@ _candidate: Final[ContextVar[CandidateMemo | None]] = ContextVar(
 )
 
 
-@contextmanager
-def candidate_scope(memo: CandidateMemo) -> Iterator[None]:
-    """Within this block, ``candidate_derived`` shares values derived from ``memo.frame``."""
-    token = _candidate.set(memo)
-    try:
-        yield
-    finally:
-        _candidate.reset(token)
+@final
+class candidate_scope:  # lower case: read as ``with candidate_scope(memo):``
+    """Within this block, ``candidate_derived`` shares values derived from ``memo.frame``.
+
+    Per thread/task (a ``ContextVar``); re-entrant. Private to ``kernel.replay``.
+    """
+
+    __slots__ = ("_memo", "_token")
+
+    def __init__(self, memo: CandidateMemo) -> None:
+        self._memo = memo
+        self._token: Token[CandidateMemo | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _candidate.set(self._memo)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _candidate.reset(self._token)
+            self._token = None
 
 
 def candidate_derived(frame: ProblemFrame, compute: Callable[[ProblemFrame], _V]) -> _V:

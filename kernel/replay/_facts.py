@@ -124,6 +124,12 @@ class RunFacts:
     _mark: object = attrs.field(default=None, repr=False)
     shared: tuple[RecordFacts, ...] = ()
     _memo: dict[Callable[[Any], object], object] = attrs.field(factory=dict, repr=False)
+    def _known(self, record: object) -> RecordFacts | None:
+        """The facts of the very object ``record`` if the batch shares it (``is``, never ``==``)."""
+        for known in self.shared:
+            if known.record is record:
+                return known
+        return None
 
     def derived(self, record: _R, compute: Callable[[_R], _V]) -> _V:
         """``compute(record)``, computed once per batch when ``record`` is the run or a
@@ -142,11 +148,10 @@ class RunFacts:
             if self.structure_error is None and self.canonical_error is None:
                 memo = self._memo
         else:
-            for known in self.shared:
-                if known.record is record:
-                    if known.structure_error is None and known.canonical_error is None:
-                        memo = known.memo
-                    break
+            known = self._known(record)
+            if known is not None and known.structure_error is None:
+                if known.canonical_error is None:
+                    memo = known.memo
         if memo is None:
             return compute(record)
         if compute in memo:
@@ -163,9 +168,9 @@ class RunFacts:
         and the run id and every attempt id were digested): it is not walked
         again when the run was found sound.
         """
-        for known in self.shared:
-            if known.record is record:
-                return known
+        known = self._known(record)
+        if known is not None:
+            return known
         if (
             type(record) is CandidateAttempt
             and self.structure_error is None

@@ -408,6 +408,35 @@ def replay_contract(
 # --- replay_proofs ---------------------------------------------------------------
 
 
+def _context(
+    ref: str,
+    candidate_digest: str,
+    frame: ProblemFrame,
+    contract_replay: ContractAssessment,
+    evidence: tuple[ProofEvidence, ...],
+) -> ProofContext:
+    """``ProofContext(ref, candidate_digest, frame, contract_replay, evidence)``, its
+    validators not run again (ADR 0011, "Validators not re-run").
+
+    Every value was validated by this attempt's machine a moment ago: the
+    obligation ref and candidate digest by ``validate`` (the input's own
+    validators, re-run by ``well_formed``), the frame by ``validate`` (exactly
+    a ``ProblemFrame``), the contract replay by ``contract_outcome_of``
+    (exactly a ``ContractAssessment``, re-validated) and the evidence by
+    ``evidence_admissible`` (exactly ``ProofEvidence`` items, re-validated);
+    a context built by hand still runs them. ``tests/test_replay_floor.py``
+    holds every context replay builds equal to the constructor's and valid.
+    """
+    context = object.__new__(ProofContext)
+    object.__setattr__(context, "obligation_ref", ref)
+    object.__setattr__(context, "candidate_digest", candidate_digest)
+    object.__setattr__(context, "candidate_frame", frame)
+    object.__setattr__(context, "contract_replay", contract_replay)
+    object.__setattr__(context, "evidence", evidence)
+    return context
+
+
+
 def replay_proofs(
     state: ContractClosed, evidence: Sequence[ProofEvidence] = ()
 ) -> ProofsReplayed | ReplayAdapterRefusal:
@@ -430,12 +459,12 @@ def replay_proofs(
     outcomes = []
     with candidate_scope(memo):
         for ref, authority in zip(refs, state.validated.proof_authorities, strict=True):
-            context = ProofContext(
+            context = _context(
                 ref,
                 replay_input.candidate_digest,
                 frame,
                 state.contract_replay,
-                tuple(item for item in items if item.obligation_ref == ref),
+                tuple(item for item in items if item.obligation_ref == ref) if items else (),
             )
             outcome = output.proof_outcome_of(
                 authority, context, ref, replay_input.candidate_digest

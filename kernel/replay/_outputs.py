@@ -120,6 +120,8 @@ def evidence_admissible(
     evidence: object, refs: tuple[str, ...]
 ) -> tuple[ProofEvidence, ...] | Rejection:
     """§10: gathered evidence is well typed and names only declared obligations."""
+    if type(evidence) is tuple and not evidence:  # the common case: nothing gathered
+        return ()
     if not (
         isinstance(evidence, tuple | list) and all(type(item) is ProofEvidence for item in evidence)
     ):
