@@ -45,10 +45,10 @@ import attrs
 import kernel.identity as identity
 from bench._cases import ROOT, Corpus
 from bench._harness import Comparison, Ratio, Variant
-from kernel.identity import JsonValue, digest, validated_payloads
-from kernel.organs import BUILTIN_MANIFEST, assess, builtin_manifest
 from kernel._values import UNSEALED_ID
 from kernel.commands.replay import attempt_lines
+from kernel.identity import JsonValue, digest, validated_payloads
+from kernel.organs import BUILTIN_MANIFEST, assess, builtin_manifest
 from kernel.replay import (
     ContractClosed,
     ProofContext,
@@ -59,10 +59,10 @@ from kernel.replay import (
     Validated,
     build_replay_input,
     examine_run,
+    refusal_id_of,
     replay_attempt,
     replay_bundle_attempts,
     replay_contract,
-    refusal_id_of,
     result_id_of,
     validate,
 )
@@ -98,12 +98,12 @@ def _recording(into: list[JsonValue]) -> Iterator[None]:
         and getattr(module, "canonical_json", None) is original
     ]
     for module in holders:
-        setattr(module, "canonical_json", recorder)
+        module.canonical_json = recorder
     try:
         yield
     finally:
         for module in holders:
-            setattr(module, "canonical_json", original)
+            module.canonical_json = original
 
 
 def hash_floor(corpus: Corpus) -> Floor:

@@ -149,9 +149,12 @@ class RunFacts:
                 memo = self._memo
         else:
             known = self._known(record)
-            if known is not None and known.structure_error is None:
-                if known.canonical_error is None:
-                    memo = known.memo
+            if (
+                known is not None
+                and known.structure_error is None
+                and known.canonical_error is None
+            ):
+                memo = known.memo
         if memo is None:
             return compute(record)
         if compute in memo:
@@ -238,9 +241,13 @@ def validate_deep(value: object) -> None:
         return
     if kind in _LEAVES:
         return
-    plan = _plan(kind)
+    # The planned classes' own entry first (no call); anything else is planned
+    # (or found to be no record) by ``_plan``, which owns the metaclass rule.
+    plan = _PLANS.get(kind) if type(kind) is type else None
     if plan is None:
-        return
+        plan = _plan(kind)
+        if plan is None:
+            return
     getter, checked, invariants = plan
     items = getter(value)
     for position, field in checked:

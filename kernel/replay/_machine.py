@@ -146,9 +146,12 @@ class Validated:
     def recomputed_frame_digest(self) -> str | None:
         """The candidate frame's digest as ``validate`` recomputed it, if it built this state."""
         known = self._frame_digest
-        if type(known) is _FrameDigest and known.mark is _RECOMPUTED:
-            if known.frame is self.candidate_frame:
-                return known.digest
+        if (
+            type(known) is _FrameDigest
+            and known.mark is _RECOMPUTED
+            and known.frame is self.candidate_frame
+        ):
+            return known.digest
         return None
 
 
