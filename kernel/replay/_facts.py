@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from enum import EnumType
 from typing import Any, Final, TypeVar, cast, final
 
 import attrs
@@ -241,10 +242,15 @@ def validate_deep(value: object) -> None:
         return
     if kind in _LEAVES:
         return
-    # The planned classes' own entry first (no call); anything else is planned
-    # (or found to be no record) by ``_plan``, which owns the metaclass rule.
-    plan = _PLANS.get(kind) if type(kind) is type else None
+    # The planned classes' own entry first (no call); an enum member holds no
+    # record (its field's validator checked its class; the exact stdlib
+    # metaclass runs no foreign code); anything else is planned (or found to
+    # be no record) by ``_plan``, which owns the metaclass rule.
+    meta = type(kind)
+    plan = _PLANS.get(kind) if meta is type else None
     if plan is None:
+        if meta is EnumType:
+            return
         plan = _plan(kind)
         if plan is None:
             return
@@ -255,7 +261,12 @@ def validate_deep(value: object) -> None:
     if invariants is not None:
         invariants(value)
     for item in items:
-        if type(item) not in _LEAVES:
+        held = type(item)
+        if held is tuple:  # the walk of a tuple, inline: most hold leaves only
+            for member in item:
+                if type(member) not in _LEAVES:
+                    validate_deep(member)
+        elif held not in _LEAVES:
             validate_deep(item)
 
 

@@ -98,6 +98,7 @@ SUPPORTED_UPSTREAM_POLICIES: Final = {
     "budget": frozenset({"compute_budget.v1"}),
 }
 _SUPPORTED_SCHEMAS: Final = dict(SCHEMA_VERSIONS)
+_SUPPORTED_NAMES: Final = frozenset(_SUPPORTED_SCHEMAS)
 
 REQUEST_FIELDS: Final = (
     ("replay_input", ReplayAdapterInput),
@@ -180,8 +181,8 @@ def well_formed(request: object, facts: RunFacts | None = None) -> Examined | Re
             R.SCHEMA_VERSIONS_NOT_CANONICAL,
             "schema_versions must hold unique names in ascending order",
         )
-    missing = sorted(set(_SUPPORTED_SCHEMAS) - set(names))
-    if missing:
+    if not _SUPPORTED_NAMES.issubset(names):
+        missing = sorted(_SUPPORTED_NAMES.difference(names))
         return Rejection(R.SCHEMA_VERSION_MISSING, f"schema_versions lacks {', '.join(missing)}")
     return Examined(request, run_facts)
 
