@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -56,9 +57,12 @@ from kernel.replay import (
     ReplayBundle,
     Validated,
     _outputs,
+    candidate_derived,
     examine_run,
+    finish_attempt,
     proof_outcome_id_of,
     replay_attempt,
+    replay_attempts,
     replay_bundle_attempts,
     replay_bundle_document,
     replay_contract,
@@ -66,6 +70,7 @@ from kernel.replay import (
     seal_proof_outcome,
     validate,
 )
+from kernel.replay._authority import CandidateMemo, candidate_scope
 from kernel.serde import SerdeError, dumps, loads
 from kernel.upstream import ContractAssessment, SearchChain, assessment_id_of, seal_assessment
 from tests.replay_fixtures import CLOSING, CallLog, bundle_for, toy_chain, toy_manifest
@@ -271,16 +276,10 @@ def _reference_outcomes(data: bytes) -> list[bytes] | tuple[str, str | None, str
         contract = replay_contract(by_hand)
         if isinstance(contract, ContractClosed):
             by_hand_closed = ContractClosed(contract.validated, contract.contract_replay)
-            out.append(dumps(replay_attempt_finish(by_hand_closed)))
+            out.append(dumps(finish_attempt(by_hand_closed)))
         else:
             out.append(dumps(contract))
     return out
-
-
-def replay_attempt_finish(state: ContractClosed) -> ReplayAdapterOutcome:
-    from kernel.replay import finish_attempt
-
-    return finish_attempt(state)
 
 
 def _fast_outcomes(data: bytes) -> list[bytes] | tuple[str, str | None, str]:
@@ -503,3 +502,47 @@ def test_a_candidate_altered_between_validate_and_contract_is_not_bound() -> Non
     outcome = replay_contract(state)
     assert type(outcome) is ReplayAdapterRefusal
     assert outcome.reason_codes == (ReasonCode.CONTRACT_OUTCOME_NOT_BOUND.value,)
+
+
+# --- the memos never serve one record's or one attempt's values to another ------------
+
+
+def test_a_batch_memo_is_never_served_for_an_equal_copy() -> None:
+    manifest = toy_manifest(CallLog())
+    chain = toy_chain(CLOSING, CLOSING)
+    first, second = requests_from_bundle(bundle_for(chain, manifest))
+    # An equal copy first, then the same copy altered behind attrs' back: the
+    # batch memo holds the shared frame's digest, never the copy's.
+    copy = attrs.evolve(chain.problem_frame)
+    assert copy == chain.problem_frame and copy is not chain.problem_frame
+    object.__setattr__(copy, "source_text", copy.source_text + " ")
+    altered = attrs.evolve(second, problem_frame=copy)
+    outcomes = list(replay_attempts([first, altered], manifest))
+    assert type(outcomes[0]) is ReplayAdapterResult
+    assert type(outcomes[1]) is ReplayAdapterRefusal
+    assert outcomes[1].reason_codes == (ReasonCode.ORIGINAL_FRAME_MISMATCH.value,)
+
+
+def test_candidate_derived_shares_only_within_its_scope_and_for_the_very_frame() -> None:
+    frame = loads(DATA, ReplayBundle).chain.problem_frame
+    calls: list[ProblemFrame] = []
+
+    def derive(value: ProblemFrame) -> int:
+        calls.append(value)
+        return len(calls)
+
+    assert candidate_derived(frame, derive) == 1  # no scope: computed
+    assert candidate_derived(frame, derive) == 2
+    with candidate_scope(CandidateMemo(frame)):
+        assert candidate_derived(frame, derive) == 3
+        assert candidate_derived(frame, derive) == 3  # shared within the scope
+        equal = attrs.evolve(frame)
+        assert candidate_derived(equal, derive) == 4  # an equal copy is another frame
+        seen: list[int] = []
+        thread = threading.Thread(target=lambda: seen.append(candidate_derived(frame, derive)))
+        thread.start()
+        thread.join()
+        assert seen == [5]  # another thread is outside this scope
+    with candidate_scope(CandidateMemo(frame)):
+        assert candidate_derived(frame, derive) == 6  # a new attempt derives afresh
+    assert candidate_derived(frame, derive) == 7
