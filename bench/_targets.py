@@ -12,8 +12,9 @@ Each target is measured by the module that owns it, through its entry point:
    peak RSS from ``wait4``) at 1k, 10k and 100k attempts; 1 is T(100k)/T(10k)
    of ``kernel replay``'s CPU, 2 passes when all 100,000 outcome lines came
    back from a bundle ``kernel bundle`` wrote;
-3. replay against its hash floor: ``bench._replay_split.comparison`` (the
-   ``replay`` variant against the ``hash floor`` baseline, per round);
+3. replay against its floor: ``bench._replay_split.comparison`` (per round,
+   replay of records the kernel built / (the ``hash floor`` baseline + the
+   ``authorities`` variant); the old replay / hash floor is a note);
 4. canonical JSON against plain ``json.dumps``: ``bench._canonical.comparisons``
    (the ``canonical_json`` variant on the medium records; the smaller of their
    medians is the figure);
@@ -225,37 +226,47 @@ def _medians_per_round(ratio: Ratio, invert: bool) -> float:
 
 def replay_floor(settings: Settings, say: Callable[[str], None]) -> list[Row]:
     from bench._cases import load_corpus
-    from bench._harness import measure
-    from bench._replay_split import comparison, hash_floor
-
-    target = "3 replay against its hash floor (replay time / floor time)"
-    corpus = load_corpus()
-    item = comparison(corpus, hash_floor(corpus))
-    say(f"    {item.case}")
-    ratios = measure(item, rounds=settings.rounds, target_s=0.04)
-    # The replay of records the kernel built, where the module measures it
-    # (the target's case: replay's own records); else replay of the bundle.
-    found = sorted(
-        (r for r in ratios if r.variant.label.startswith("replay")),
-        key=lambda r: r.variant.label != "replay (records the kernel built)",
+    from bench._harness import cpu_clock, measure
+    from bench._replay_split import (
+        AUTHORITIES,
+        AUTHORITIES_SHARED,
+        REPLAY,
+        comparison,
+        floor_ratios,
+        hash_floor,
     )
-    if not found:
-        return [_unmeasured(3, target, "<= 1.5", "no 'replay' variant in bench._replay_split")]
-    ratio = _medians_per_round(found[0], invert=True)  # variant / floor, per round
+
+    target = "3 replay against its floor (replay / (hash floor + authorities))"
+    corpus = load_corpus()
+    floor = hash_floor(corpus)
+    item = comparison(corpus, floor)
+    say(f"    {item.case}")
+    # This process's CPU clock: on the shared machine the wall clock of a
+    # 40-100 ms timing mostly measures who else held the core.
+    with cpu_clock() as clock:
+        ratios = measure(item, rounds=settings.rounds, target_s=0.1)
+    labels = {r.variant.label for r in ratios}
+    if not {REPLAY, AUTHORITIES} <= labels:
+        return [
+            _unmeasured(3, target, "<= 1.5", f"no {REPLAY!r} or {AUTHORITIES!r} variant")
+        ]
+    # Per round: replay of records the kernel built (what kernel replay
+    # classifies) against the floor of issue 22 measured in the same round:
+    # every id recomputed (the hash floor) plus each authority run once.
+    ratio = statistics.median(floor_ratios(ratios))
+    shared = statistics.median(floor_ratios(ratios, authorities=AUTHORITIES_SHARED))
+    old = next(r for r in ratios if r.variant.label == REPLAY)
     notes = [
-        f"{r.variant.label}: {_medians_per_round(r, invert=True):.2f}x the floor" for r in ratios
+        f"{item.case}; {settings.rounds} rounds; clock: {clock}",
+        f"against a floor whose authorities share one analysis per candidate, as replay "
+        f"calls them: {shared:.2f}x",
+        f"the old measure, replay / hash floor alone: {_medians_per_round(old, invert=True):.2f}x",
+        *(
+            f"{r.variant.label}: {_medians_per_round(r, invert=True):.2f}x the hash floor"
+            for r in ratios
+        ),
     ]
-    return [
-        _row(
-            3,
-            target,
-            "<= 1.5",
-            ratio,
-            ratio <= 1.5,
-            f"{ratio:.2f}x",
-            (f"{item.case}; {settings.rounds} rounds", *notes),
-        )
-    ]
+    return [_row(3, target, "<= 1.5", ratio, ratio <= 1.5, f"{ratio:.2f}x", notes)]
 
 
 def canonical(settings: Settings, say: Callable[[str], None]) -> list[Row]:

@@ -43,7 +43,7 @@ from typing import Final, assert_never, final
 import attrs
 
 from kernel.frames import Binding, ProblemFrame, SourceSpan, frame_digest
-from kernel.identity import IdentityError, check_domain, int_from_digits
+from kernel.identity import IdentityError, int_from_digits
 from kernel.replay import (
     ContractAuthority,
     ProofAuthority,
@@ -51,6 +51,7 @@ from kernel.replay import (
     ProofObligations,
     ProofOutcome,
     ProofStatus,
+    candidate_derived,
     seal_proof_outcome,
 )
 from kernel.upstream import ContractAssessment, seal_assessment
@@ -418,7 +419,9 @@ def assess(frame: ProblemFrame) -> ContractAssessment:
     frame without one (``frame_digest`` raises ``IdentityError``) cannot be
     assessed at all, and replay validation refuses such a frame first.
     """
-    analysis = _analyse(frame)
+    # Within one replay the proofs read the same analysis and digest off the
+    # same candidate: derived once per attempt (candidate_derived, ADR 0011).
+    analysis = candidate_derived(frame, _analyse)
     runnable = not analysis.missing_bindings and not analysis.hazards
     if runnable:
         explanation = "runnable: every referenced quantity is bound and no hazard remains"
@@ -428,7 +431,7 @@ def assess(frame: ProblemFrame) -> ContractAssessment:
             f"{len(analysis.hazards)} hazard(s)"
         )
     return seal_assessment(
-        problem_frame_digest=frame_digest(frame),
+        problem_frame_digest=candidate_derived(frame, frame_digest),
         candidate_organ=ARITHMETIC_ORGAN,
         runnable=runnable,
         missing_bindings=analysis.missing_bindings,
@@ -493,8 +496,10 @@ def stated_quantities(text: str) -> tuple[int, ...]:
 
 
 def _canonical(frame: ProblemFrame) -> bool:
+    # The digest raises exactly when the frame's payload is outside the
+    # identity domain; within one replay the contract has already computed it.
     try:
-        check_domain(frame.payload())
+        candidate_derived(frame, frame_digest)
     except IdentityError:
         return False
     return True
@@ -600,7 +605,7 @@ def prove_target_determined(context: ProofContext) -> ProofOutcome:
     frame = context.candidate_frame
     if not _canonical(frame):
         return _seal(context, TARGET_DETERMINED, _NOT_CANONICAL, (), "")
-    analysis = _analyse(frame)
+    analysis = candidate_derived(frame, _analyse)
     reasons = [] if frame.targets else [_code(ProofReason.NO_TARGET)]
     for target in frame.targets:
         if target.name not in analysis.defined:

@@ -15,6 +15,7 @@ from kernel.replay._authority import (
     ProofObligations,
     ProofOutcome,
     ProofStatus,
+    candidate_derived,
     proof_outcome_id_of,
     seal_proof_outcome,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "Validated",
     "begin_attempt",
     "build_replay_input",
+    "candidate_derived",
     "dispose",
     "examine_run",
     "facts_for",

@@ -18,9 +18,10 @@ Rules (ADR-0229 §9, §10, §15.1, ARCHITECTURE.md "The replay state machine"):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar, Token
 from enum import Enum
-from types import MappingProxyType
-from typing import final
+from types import MappingProxyType, TracebackType
+from typing import Any, Final, TypeVar, cast, final
 
 import attrs
 
@@ -42,6 +43,7 @@ __all__ = [
     "ProofOutcome",
     "ProofPolicy",
     "ProofStatus",
+    "candidate_derived",
     "proof_outcome_id_of",
     "seal_proof_outcome",
 ]
@@ -139,7 +141,7 @@ def seal_proof_outcome(
     explanation: str = "",
 ) -> ProofOutcome:
     """A ProofOutcome for ``context`` with its id computed."""
-    draft = ProofOutcome(
+    outcome = ProofOutcome(
         proof_outcome_id=UNSEALED_ID,
         obligation_ref=context.obligation_ref,
         authority_id=authority_id,
@@ -151,16 +153,96 @@ def seal_proof_outcome(
         explanation=explanation,
     )
     if attrs.validators.get_disabled():
-        sealed = proof_outcome_id_of(draft)
+        sealed = proof_outcome_id_of(outcome)
     else:
-        # The constructor just ran every validator of the draft and nothing
+        # The constructor just ran every validator of the outcome and nothing
         # has run since: its id takes the payload path (ADR-0007).
         with validated_payloads():
-            sealed = proof_outcome_id_of(draft)
-    return attrs.evolve(draft, proof_outcome_id=sealed)
+            sealed = proof_outcome_id_of(outcome)
+    # Sealed once (ADR 0011): the id is written into the record built above,
+    # which nobody else has held (its payload blanks the id), instead of a
+    # second construction that would re-run every validator.
+    object.__setattr__(outcome, "proof_outcome_id", sealed)
+    return outcome
 
 
 ProofAuthorityFn = Callable[[ProofContext], ProofOutcome]
+
+
+# --- what the authorities of one attempt derive from its candidate, once ----------
+
+_V = TypeVar("_V")
+
+
+@final
+class CandidateMemo:
+    """What authorities derived from one attempt's candidate frame (the very object).
+
+    Private to ``kernel.replay``: the machine makes one per attempt, holds it
+    in that attempt's states only, and opens it around that attempt's
+    authority calls (``candidate_scope``). Keyed by the deriving function
+    (code), never by a value of the frame.
+    """
+
+    __slots__ = ("frame", "values")
+
+    def __init__(self, frame: ProblemFrame) -> None:
+        self.frame: Final = frame
+        self.values: dict[Callable[[Any], object], object] = {}
+
+
+_candidate: Final[ContextVar[CandidateMemo | None]] = ContextVar(
+    "kernel.replay.candidate", default=None
+)
+
+
+@final
+class candidate_scope:  # lower case: read as ``with candidate_scope(memo):``
+    """Within this block, ``candidate_derived`` shares values derived from ``memo.frame``.
+
+    Per thread/task (a ``ContextVar``); re-entrant. Private to ``kernel.replay``.
+    """
+
+    __slots__ = ("_memo", "_token")
+
+    def __init__(self, memo: CandidateMemo) -> None:
+        self._memo = memo
+        self._token: Token[CandidateMemo | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _candidate.set(self._memo)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _candidate.reset(self._token)
+            self._token = None
+
+
+def candidate_derived(frame: ProblemFrame, compute: Callable[[ProblemFrame], _V]) -> _V:
+    """``compute(frame)``, computed once per attempt when ``frame`` is its candidate.
+
+    For an organ whose authorities read the same thing off the candidate (an
+    analysis of the frame, its digest): while replay runs the authorities of
+    one attempt, the first call computes and later calls for the very same
+    frame object and the very same function get that value; anything else
+    (another frame, however equal; outside replay; another thread) is
+    computed afresh. ``compute`` must be a pure function of the frame and
+    return an immutable value (ADR 0011, "One candidate, derived once").
+    """
+    memo = _candidate.get()
+    if memo is None or memo.frame is not frame:
+        return compute(frame)
+    values = memo.values
+    if compute in values:
+        return cast("_V", values[compute])
+    value = compute(frame)
+    values[compute] = value
+    return value
 
 
 @final

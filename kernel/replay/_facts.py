@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any, Final, cast, final
+from enum import EnumType
+from typing import Any, Final, TypeVar, cast, final
 
 import attrs
 
@@ -68,15 +69,24 @@ __all__ = [
 # Only facts built by ``examine_run`` carry this mark.
 _EXAMINED: Final = object()
 
+_R = TypeVar("_R")
+_V = TypeVar("_V")
+
 
 @final
 @attrs.frozen(eq=False)
 class RecordFacts:
-    """Whether one record (or a tuple of records) is valid and in the identity domain."""
+    """Whether one record (or a tuple of records) is valid and in the identity domain.
+
+    ``memo`` holds what guards computed from this very record once for the
+    batch (its recomputed id, say), keyed by the function that computed it:
+    code, never a value of the record (see ``RunFacts.derived``).
+    """
 
     record: object
     structure_error: str | None
     canonical_error: str | None
+    memo: dict[Callable[[Any], object], object] = attrs.field(factory=dict, repr=False)
 
 
 def examine_record(record: object) -> RecordFacts:
@@ -114,6 +124,45 @@ class RunFacts:
     attempts_consistent: bool
     _mark: object = attrs.field(default=None, repr=False)
     shared: tuple[RecordFacts, ...] = ()
+    _memo: dict[Callable[[Any], object], object] = attrs.field(factory=dict, repr=False)
+    def _known(self, record: object) -> RecordFacts | None:
+        """The facts of the very object ``record`` if the batch shares it (``is``, never ``==``)."""
+        for known in self.shared:
+            if known.record is record:
+                return known
+        return None
+
+    def derived(self, record: _R, compute: Callable[[_R], _V]) -> _V:
+        """``compute(record)``, computed once per batch when ``record`` is the run or a
+        record the batch shares (the very object, found sound), else every time.
+
+        For pure functions of the record alone (its recomputed id, the
+        residuals its assessment implies): the batch's records are the same
+        objects for every attempt, so each attempt would recompute the same
+        value (ADR 0011, "Shared records digested once per batch"). Keyed by
+        the function (code), never by a value of the record, and held by the
+        facts of the very object only, so nothing computed for one record is
+        ever served for another, however equal.
+        """
+        memo: dict[Callable[[Any], object], object] | None = None
+        if record is self.run:
+            if self.structure_error is None and self.canonical_error is None:
+                memo = self._memo
+        else:
+            known = self._known(record)
+            if (
+                known is not None
+                and known.structure_error is None
+                and known.canonical_error is None
+            ):
+                memo = known.memo
+        if memo is None:
+            return compute(record)
+        if compute in memo:
+            return cast("_V", memo[compute])
+        value = compute(record)
+        memo[compute] = value
+        return value
 
     def record(self, record: object) -> RecordFacts:
         """The facts of ``record``: examined with the batch if it is that very object.
@@ -123,9 +172,9 @@ class RunFacts:
         and the run id and every attempt id were digested): it is not walked
         again when the run was found sound.
         """
-        for known in self.shared:
-            if known.record is record:
-                return known
+        known = self._known(record)
+        if known is not None:
+            return known
         if (
             type(record) is CandidateAttempt
             and self.structure_error is None
@@ -193,9 +242,18 @@ def validate_deep(value: object) -> None:
         return
     if kind in _LEAVES:
         return
-    plan = _plan(kind)
+    # The planned classes' own entry first (no call); an enum member holds no
+    # record (its field's validator checked its class; the exact stdlib
+    # metaclass runs no foreign code); anything else is planned (or found to
+    # be no record) by ``_plan``, which owns the metaclass rule.
+    meta = type(kind)
+    plan = _PLANS.get(kind) if meta is type else None
     if plan is None:
-        return
+        if meta is EnumType:
+            return
+        plan = _plan(kind)
+        if plan is None:
+            return
     getter, checked, invariants = plan
     items = getter(value)
     for position, field in checked:
@@ -203,7 +261,12 @@ def validate_deep(value: object) -> None:
     if invariants is not None:
         invariants(value)
     for item in items:
-        if type(item) not in _LEAVES:
+        held = type(item)
+        if held is tuple:  # the walk of a tuple, inline: most hold leaves only
+            for member in item:
+                if type(member) not in _LEAVES:
+                    validate_deep(member)
+        elif held not in _LEAVES:
             validate_deep(item)
 
 
@@ -296,8 +359,18 @@ def with_built(facts: RunFacts, *records: object) -> RunFacts:
     structured from parsed bytes and handed to nobody. One per attempt, so
     looking a record up stays O(shared records), whatever the run's size.
     """
-    return attrs.evolve(
-        facts, shared=(*facts.shared, *(RecordFacts(record, None, None) for record in records))
+    # Built directly rather than through attrs.evolve (which reads the class's
+    # fields on every call): one per attempt. The memo of the run is shared
+    # with the batch's facts, like the shared records' own facts.
+    return RunFacts(
+        facts.run,
+        facts.structure_error,
+        facts.canonical_error,
+        facts.run_id,
+        facts.attempts_consistent,
+        facts._mark,
+        (*facts.shared, *(RecordFacts(record, None, None) for record in records)),
+        facts._memo,
     )
 
 

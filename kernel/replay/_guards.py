@@ -98,6 +98,7 @@ SUPPORTED_UPSTREAM_POLICIES: Final = {
     "budget": frozenset({"compute_budget.v1"}),
 }
 _SUPPORTED_SCHEMAS: Final = dict(SCHEMA_VERSIONS)
+_SUPPORTED_NAMES: Final = frozenset(_SUPPORTED_SCHEMAS)
 
 REQUEST_FIELDS: Final = (
     ("replay_input", ReplayAdapterInput),
@@ -180,8 +181,8 @@ def well_formed(request: object, facts: RunFacts | None = None) -> Examined | Re
             R.SCHEMA_VERSIONS_NOT_CANONICAL,
             "schema_versions must hold unique names in ascending order",
         )
-    missing = sorted(set(_SUPPORTED_SCHEMAS) - set(names))
-    if missing:
+    if not _SUPPORTED_NAMES.issubset(names):
+        missing = sorted(_SUPPORTED_NAMES.difference(names))
         return Rejection(R.SCHEMA_VERSION_MISSING, f"schema_versions lacks {', '.join(missing)}")
     return Examined(request, run_facts)
 
@@ -231,13 +232,27 @@ def schemas_supported(subject: Examined) -> Rejection | None:
 
 # --- §6 items 1-10 and 15, §11: the identity chain, every id recomputed --------
 
+# Ids of the records a batch shares (the run's input, the frame, the
+# assessment, its residuals, the gate, the budget) are recomputed once per
+# batch through ``RunFacts.derived`` (ADR 0011): the functions below are
+# module-level, so the memo is keyed by the same code for every attempt.
+
+
+def _run_input_digest(run: GeometricSearchRun) -> str:
+    return run_input_digest(run.run_input)
+
+
+def _residual_ids_reproduce(residuals: tuple[ContractResidual, ...]) -> bool:
+    return all(residual_id_of(r) == r.residual_id for r in residuals)
+
+
 
 def run_reproduces(subject: Examined) -> Rejection | None:
     """§6 item 1: run_id reproduces from the supplied immutable run (and so do its attempts)."""
     replay_input, run = subject.request.replay_input, subject.request.run
     if not subject.run.run_id == run.run_id == replay_input.run_id:
         return Rejection(R.RUN_ID_MISMATCH, "run_id does not reproduce from the supplied run")
-    if run_input_digest(run.run_input) != run.input_digest:
+    if subject.run.derived(run, _run_input_digest) != run.input_digest:
         return Rejection(
             R.RUN_INPUT_DIGEST_MISMATCH, "the run's input_digest does not reproduce from its input"
         )
@@ -263,7 +278,11 @@ def attempt_at_index(subject: Examined) -> Rejection | None:
             R.ATTEMPT_INDEX_OUT_OF_RANGE,
             f"attempt_index {index} is outside the run's {len(attempts)} attempts",
         )
-    if not (attempts[index] == request.attempt and request.attempt.attempt_index == index):
+    at_index = attempts[index]
+    if not (
+        (at_index is request.attempt or at_index == request.attempt)
+        and request.attempt.attempt_index == index
+    ):
         return Rejection(
             R.ATTEMPT_NOT_AT_INDEX, f"the attempt at index {index} is not the supplied attempt"
         )
@@ -278,7 +297,20 @@ def attempt_id_reproduces(subject: Examined) -> Rejection | None:
     names this attempt.
     """
     attempt = subject.request.attempt
-    if not attempt_id_of(attempt) == attempt.attempt_id == subject.request.replay_input.attempt_id:
+    # The very object at its index in the run was digested when the run was
+    # examined (``attempts_consistent``, which ``run_reproduces`` required):
+    # its id is not recomputed a second time for the same batch.
+    attempts = subject.request.run.candidate_attempts
+    index = attempt.attempt_index
+    if (
+        subject.run.attempts_consistent
+        and 0 <= index < len(attempts)
+        and attempts[index] is attempt
+    ):
+        reproduced = attempt.attempt_id
+    else:
+        reproduced = attempt_id_of(attempt)
+    if not reproduced == attempt.attempt_id == subject.request.replay_input.attempt_id:
         return Rejection(
             R.ATTEMPT_ID_MISMATCH,
             "the input's attempt_id is not the supplied attempt's reproduced id",
@@ -286,10 +318,14 @@ def attempt_id_reproduces(subject: Examined) -> Rejection | None:
     return None
 
 
-def reconstruct_candidate(subject: Examined) -> ProblemFrame | Rejection:
-    """§6.1, §11: the one exact candidate frame, recomputed from the values supplied."""
+def reconstruct_candidate(subject: Examined) -> tuple[ProblemFrame, str] | Rejection:
+    """§6.1, §11: the one exact candidate frame, recomputed from the values supplied.
+
+    Returns the frame with its digest, computed here before anyone else holds
+    the frame (the contract's binding is judged against it, ADR 0011).
+    """
     rec, original = subject.request.reconstruction, subject.request.problem_frame
-    if rec.original_problem_frame_digest != frame_digest(original):
+    if rec.original_problem_frame_digest != subject.run.derived(original, frame_digest):
         return Rejection(
             R.ORIGINAL_FRAME_MISMATCH,
             "reconstruction does not bind back to the original problem frame",
@@ -301,7 +337,8 @@ def reconstruct_candidate(subject: Examined) -> ProblemFrame | Rejection:
     if delta is None:
         assert candidate is not None
         frame = candidate
-        if rec.candidate_problem_frame_digest != frame_digest(frame):
+        digest = frame_digest(frame)
+        if rec.candidate_problem_frame_digest != digest:
             return Rejection(
                 R.CANDIDATE_FRAME_DIGEST_MISMATCH,
                 "candidate_problem_frame_digest does not reproduce",
@@ -313,6 +350,8 @@ def reconstruct_candidate(subject: Examined) -> ProblemFrame | Rejection:
         if isinstance(applied, DeltaRefusal):
             return Rejection(R.FRAME_DELTA_DOES_NOT_RECONSTRUCT, applied.detail)
         frame = applied
+        # Built by apply_delta from the validated base and delta, held by nobody else.
+        digest = frame_digest(frame)
     if frame.source_text != original.source_text:
         return Rejection(R.CANDIDATE_SOURCE_TEXT_ALTERED, "the candidate alters the source text")
     if (rec.candidate_bindings, rec.candidate_relations, rec.candidate_targets) != (
@@ -324,7 +363,7 @@ def reconstruct_candidate(subject: Examined) -> ProblemFrame | Rejection:
             R.CANDIDATE_CONTENT_MISMATCH,
             "candidate bindings/relations/targets differ from the reconstructed frame",
         )
-    return frame
+    return frame, digest
 
 
 def candidate_digest_reproduces(subject: Examined, frame: ProblemFrame) -> Rejection | None:
@@ -393,7 +432,7 @@ def problem_frame_bound(subject: Examined) -> Rejection | None:
     request = subject.request
     run_input = request.run.run_input
     if not (
-        frame_digest(request.problem_frame)
+        subject.run.derived(request.problem_frame, frame_digest)
         == run_input.problem_frame_digest
         == request.replay_input.problem_frame_digest
         == request.assessment.problem_frame_digest
@@ -407,7 +446,7 @@ def problem_frame_bound(subject: Examined) -> Rejection | None:
 def assessment_reproduces(subject: Examined) -> Rejection | None:
     """§6 item 10 (identity): the original assessment's id reproduces."""
     assessment = subject.request.assessment
-    if assessment_id_of(assessment) != assessment.assessment_id:
+    if subject.run.derived(assessment, assessment_id_of) != assessment.assessment_id:
         return Rejection(
             R.ASSESSMENT_ID_MISMATCH, "the original assessment's id does not reproduce"
         )
@@ -431,8 +470,8 @@ def residuals_bound(subject: Examined) -> Rejection | None:
     request = subject.request
     supplied_ids = tuple(r.residual_id for r in request.residuals)
     if not (
-        all(residual_id_of(r) == r.residual_id for r in request.residuals)
-        and request.residuals == residuals_for(request.assessment)
+        subject.run.derived(request.residuals, _residual_ids_reproduce)
+        and request.residuals == subject.run.derived(request.assessment, residuals_for)
         and supplied_ids == request.run.run_input.residual_ids == request.replay_input.residual_ids
     ):
         return Rejection(
@@ -447,7 +486,7 @@ def gate_bound(subject: Examined) -> Rejection | None:
     request = subject.request
     gate = request.gate
     if not (
-        gate_decision_id_of(gate)
+        subject.run.derived(gate, gate_decision_id_of)
         == gate.gate_decision_id
         == request.run.run_input.gate_decision_id
         == request.replay_input.gate_decision_id
@@ -467,7 +506,7 @@ def budget_bound(subject: Examined) -> Rejection | None:
     request = subject.request
     budget = request.budget
     if not (
-        budget_id_of(budget)
+        subject.run.derived(budget, budget_id_of)
         == budget.budget_id
         == request.run.run_input.budget_id
         == request.replay_input.budget_id

@@ -55,6 +55,7 @@ from kernel.replay import _guards as guard
 from kernel.replay import _outputs as output
 from kernel.replay._authority import (
     AuthorityManifest,
+    CandidateMemo,
     ContractAuthority,
     NoProofObligationsApplicable,
     ProofAuthority,
@@ -63,6 +64,7 @@ from kernel.replay._authority import (
     ProofObligations,
     ProofOutcome,
     ProofStatus,
+    candidate_scope,
 )
 from kernel.replay._facts import RunFacts, facts_for
 from kernel.replay._guards import SUPPORTED_UPSTREAM_POLICIES, Examined
@@ -109,16 +111,48 @@ class ReplayMisuseError(TypeError):
 # --- states ------------------------------------------------------------------
 
 
+# Only ``validate`` builds frame digests with this mark.
+_RECOMPUTED: Final = object()
+
+
+@final
+@attrs.frozen(eq=False)
+class _FrameDigest:
+    """The digest ``validate`` recomputed for ``frame`` before anyone else held it."""
+
+    frame: ProblemFrame
+    digest: str
+    mark: object
+
+
 @final
 @attrs.frozen
 class Validated:
-    """The request passed every §6 check; authorities are resolved from the manifest."""
+    """The request passed every §6 check; authorities are resolved from the manifest.
+
+    ``validate`` also records the candidate frame's digest it recomputed
+    (private): the contract authority's assessment must bind to exactly that
+    frame. A ``Validated`` built by hand has none, and the frame is digested
+    when the contract is judged, as before.
+    """
 
     request: ReplayRequest
     candidate_frame: ProblemFrame
     contract_authority: ContractAuthority
     proof_policy: ProofObligations | NoProofObligationsApplicable
     proof_authorities: tuple[ProofAuthority, ...]
+    _frame_digest: _FrameDigest | None = attrs.field(default=None, repr=False, eq=False)
+
+    def recomputed_frame_digest(self) -> str | None:
+        """The candidate frame's digest as ``validate`` recomputed it, if it built this state."""
+        known = self._frame_digest
+        if (
+            type(known) is _FrameDigest
+            and known.mark is _RECOMPUTED
+            and known.frame is self.candidate_frame
+        ):
+            return known.digest
+        return None
 
 
 @final
@@ -128,6 +162,10 @@ class ContractClosed:
 
     validated: Validated
     contract_replay: ContractAssessment
+    # What the contract authority derived from this very candidate frame
+    # (``candidate_derived``), shared with the proof authorities of the same
+    # attempt; a hand-built state has none and the proofs derive afresh.
+    _memo: CandidateMemo | None = attrs.field(default=None, repr=False, eq=False)
 
 
 @final
@@ -149,7 +187,7 @@ def _refusal(
     attempt_index: int | None = None,
 ) -> ReplayAdapterRefusal:
     disposition = rejection.disposition
-    draft = ReplayAdapterRefusal(
+    outcome = ReplayAdapterRefusal(
         replay_refusal_id=UNSEALED_ID,
         replay_policy_version=CONTRACT_PROOF_REPLAY_POLICY_VERSION,
         input_digest=bound.input_digest if bound else None,
@@ -161,7 +199,7 @@ def _refusal(
         reason_codes=(rejection.code.value,),
         explanation=f"{disposition.value}: {rejection.code.value}: {rejection.detail}",
     )
-    return attrs.evolve(draft, replay_refusal_id=_sealed_id(refusal_id_of, draft))
+    return _sealed(outcome, "replay_refusal_id", refusal_id_of)
 
 
 def _result(
@@ -173,7 +211,7 @@ def _result(
     explanation: str,
 ) -> ReplayAdapterResult:
     replay_input = validated.request.replay_input
-    draft = ReplayAdapterResult(
+    outcome = ReplayAdapterResult(
         replay_result_id=UNSEALED_ID,
         replay_policy_version=CONTRACT_PROOF_REPLAY_POLICY_VERSION,
         input_digest=replay_input.input_digest,
@@ -189,17 +227,30 @@ def _result(
         evidence_spans=validated.request.reconstruction.evidence_spans,
         explanation=explanation,
     )
-    return attrs.evolve(draft, replay_result_id=_sealed_id(result_id_of, draft))
+    return _sealed(outcome, "replay_result_id", result_id_of)
 
 
-def _sealed_id(id_of: Callable[[_Draft], str], draft: _Draft) -> str:
-    """``id_of(draft)`` for an outcome just built here: its validators ran in its
-    constructor (unless attrs' validators are switched off), over values the
-    machine validated or wrote itself, so the payload path applies (ADR-0007)."""
+def _sealed(outcome: _Draft, id_field: str, id_of: Callable[[_Draft], str]) -> _Draft:
+    """``outcome``, just built here with its id unsealed, now carrying ``id_of(outcome)``.
+
+    Built once, not draft-then-``evolve``d (ADR 0011, "Sealed once"): the id
+    is written into the one record the constructor has just validated and
+    nobody else has held; its payload blanks the id, so the id is the digest
+    of the very payload a reader recomputes (the vector and golden tests, and
+    ``tests/test_replay_floor.py``, recompute it independently). The
+    validators ran in the constructor (unless attrs' validators are switched
+    off) over values the machine validated or wrote itself, so the payload
+    path applies (ADR-0007).
+    """
     if attrs.validators.get_disabled():
-        return id_of(draft)
-    with validated_payloads():
-        return id_of(draft)
+        sealed = id_of(outcome)
+    else:
+        with validated_payloads():
+            sealed = id_of(outcome)
+    # The one write to a frozen record, made before it leaves the machine:
+    # a second construction (``attrs.evolve``) would re-run every validator.
+    object.__setattr__(outcome, id_field, sealed)
+    return outcome
 
 
 def refuse_malformed_attempt(attempt_index: int, detail: str) -> ReplayAdapterRefusal:
@@ -262,21 +313,21 @@ _AFTER_CANDIDATE: Final[tuple[Callable[[Examined], Rejection | None], ...]] = (
 )
 
 
-def _chain(subject: Examined) -> ProblemFrame | Rejection:
-    """§6 items 1-10 and 13-15: everything but the manifest; returns the candidate frame."""
+def _chain(subject: Examined) -> tuple[ProblemFrame, str] | Rejection:
+    """§6 items 1-10 and 13-15: everything but the manifest; the candidate frame and digest."""
     for before in _BEFORE_CANDIDATE:
         if (rejected := before(subject)) is not None:
             return rejected
-    frame = guard.reconstruct_candidate(subject)  # §6.1, §11
-    if isinstance(frame, Rejection):
-        return frame
+    candidate = guard.reconstruct_candidate(subject)  # §6.1, §11
+    if isinstance(candidate, Rejection):
+        return candidate
     for on in _ON_CANDIDATE:
-        if (rejected := on(subject, frame)) is not None:
+        if (rejected := on(subject, candidate[0])) is not None:
             return rejected
     for after in _AFTER_CANDIDATE:
         if (rejected := after(subject)) is not None:
             return rejected
-    return frame
+    return candidate
 
 
 def validate(
@@ -296,9 +347,10 @@ def validate(
     # domain: the chain's digests take the payload path (ADR-0007). No
     # authority runs inside this block.
     with validated_payloads():
-        frame = _chain(subject)
-    if isinstance(frame, Rejection):
-        return _refusal(frame, attempt_index=_addressed_index(request))
+        candidate = _chain(subject)
+    if isinstance(candidate, Rejection):
+        return _refusal(candidate, attempt_index=_addressed_index(request))
+    frame, frame_id = candidate
     # From here on every identity in the input has been recomputed and may be
     # reported on the refusal.
     checked = subject.request
@@ -309,7 +361,14 @@ def validate(
     if isinstance(proofs, Rejection):
         return _refusal(proofs, checked.replay_input)
     policy, proof_authorities = proofs
-    return Validated(checked, frame, contract, policy, proof_authorities)
+    return Validated(
+        checked,
+        frame,
+        contract,
+        policy,
+        proof_authorities,
+        _FrameDigest(frame, frame_id, _RECOMPUTED),
+    )
 
 
 # --- replay_contract -----------------------------------------------------------
@@ -322,13 +381,18 @@ def replay_contract(
     if not isinstance(state, Validated):
         raise ReplayMisuseError(f"replay_contract needs Validated, got {type(state).__name__}")
     replay_input = state.request.replay_input
-    outcome = output.contract_outcome_of(
-        state.contract_authority, state.candidate_frame, replay_input.candidate_organ
-    )
+    memo = CandidateMemo(state.candidate_frame)  # this attempt's, never another's
+    with candidate_scope(memo):
+        outcome = output.contract_outcome_of(
+            state.contract_authority,
+            state.candidate_frame,
+            replay_input.candidate_organ,
+            state.recomputed_frame_digest(),
+        )
     if isinstance(outcome, Rejection):
         return _refusal(outcome, replay_input)
     if outcome.runnable:
-        return ContractClosed(state, outcome)
+        return ContractClosed(state, outcome, memo)
     # §9: refusal evidence in the authority's own order; proofs never run.
     reasons = [f"missing_binding:{m}" for m in outcome.missing_bindings]
     reasons += [f"hazard:{h}" for h in outcome.unresolved_hazards]
@@ -347,6 +411,35 @@ def replay_contract(
 # --- replay_proofs ---------------------------------------------------------------
 
 
+def _context(
+    ref: str,
+    candidate_digest: str,
+    frame: ProblemFrame,
+    contract_replay: ContractAssessment,
+    evidence: tuple[ProofEvidence, ...],
+) -> ProofContext:
+    """``ProofContext(ref, candidate_digest, frame, contract_replay, evidence)``, its
+    validators not run again (ADR 0011, "Validators not re-run").
+
+    Every value was validated by this attempt's machine a moment ago: the
+    obligation ref and candidate digest by ``validate`` (the input's own
+    validators, re-run by ``well_formed``), the frame by ``validate`` (exactly
+    a ``ProblemFrame``), the contract replay by ``contract_outcome_of``
+    (exactly a ``ContractAssessment``, re-validated) and the evidence by
+    ``evidence_admissible`` (exactly ``ProofEvidence`` items, re-validated);
+    a context built by hand still runs them. ``tests/test_replay_floor.py``
+    holds every context replay builds equal to the constructor's and valid.
+    """
+    context = object.__new__(ProofContext)
+    object.__setattr__(context, "obligation_ref", ref)
+    object.__setattr__(context, "candidate_digest", candidate_digest)
+    object.__setattr__(context, "candidate_frame", frame)
+    object.__setattr__(context, "contract_replay", contract_replay)
+    object.__setattr__(context, "evidence", evidence)
+    return context
+
+
+
 def replay_proofs(
     state: ContractClosed, evidence: Sequence[ProofEvidence] = ()
 ) -> ProofsReplayed | ReplayAdapterRefusal:
@@ -362,19 +455,26 @@ def replay_proofs(
     items = output.evidence_admissible(evidence, refs)
     if isinstance(items, Rejection):
         return _refusal(items, replay_input)
+    frame = state.validated.candidate_frame
+    memo = state._memo
+    if type(memo) is not CandidateMemo or memo.frame is not frame:
+        memo = CandidateMemo(frame)
     outcomes = []
-    for ref, authority in zip(refs, state.validated.proof_authorities, strict=True):
-        context = ProofContext(
-            ref,
-            replay_input.candidate_digest,
-            state.validated.candidate_frame,
-            state.contract_replay,
-            tuple(item for item in items if item.obligation_ref == ref),
-        )
-        outcome = output.proof_outcome_of(authority, context, ref, replay_input.candidate_digest)
-        if isinstance(outcome, Rejection):
-            return _refusal(outcome, replay_input)
-        outcomes.append(outcome)
+    with candidate_scope(memo):
+        for ref, authority in zip(refs, state.validated.proof_authorities, strict=True):
+            context = _context(
+                ref,
+                replay_input.candidate_digest,
+                frame,
+                state.contract_replay,
+                tuple(item for item in items if item.obligation_ref == ref) if items else (),
+            )
+            outcome = output.proof_outcome_of(
+                authority, context, ref, replay_input.candidate_digest
+            )
+            if isinstance(outcome, Rejection):
+                return _refusal(outcome, replay_input)
+            outcomes.append(outcome)
     return ProofsReplayed(state, tuple(outcomes))
 
 

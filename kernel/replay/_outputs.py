@@ -13,28 +13,64 @@ Rules (ADR-0229 §9, §10, §16; ADR 0011 for the guard style):
 from __future__ import annotations
 
 from kernel.frames import ProblemFrame, frame_digest
-from kernel.identity import check_domain, validated_payloads
+from kernel.identity import (
+    IdentityError,
+    canonical_json,
+    check_domain,
+    sha256_hex,
+    validated_payloads,
+)
 from kernel.replay._authority import (
     ContractAuthority,
     ProofAuthority,
     ProofContext,
     ProofEvidence,
     ProofOutcome,
-    proof_outcome_id_of,
 )
 from kernel.replay._facts import validate_deep
 from kernel.replay._reasons import ReasonCode, Rejection
-from kernel.upstream import ContractAssessment, assessment_id_of
+from kernel.upstream import ContractAssessment
 
 __all__ = ["contract_outcome_of", "evidence_admissible", "proof_outcome_of"]
 
 R = ReasonCode
 
 
+def _judged_id(outcome: ContractAssessment | ProofOutcome) -> str:
+    """The recomputed id of an authority's output whose validators just held.
+
+    Raises ``IdentityError`` exactly as ``check_domain([payload,
+    explanation])`` would: the explanation is outside the identity but may be
+    quoted in the sealed outcome, so it too must lie in the domain (no lone
+    surrogate). One encoding serves as the domain check of the payload and as
+    its id (the id functions are ``digest(payload)``): the validators just
+    held, so the payload path applies (ADR-0007). On any refusal the
+    two-part check runs again, so the error (code, path, message) is the one
+    it always was.
+    """
+    with validated_payloads():
+        payload = outcome.payload()
+        try:
+            encoded = canonical_json(payload)
+            check_domain(outcome.explanation)
+        except IdentityError:
+            check_domain([payload, outcome.explanation])
+            raise  # not reached: the check refuses whatever the encoding refused
+    return sha256_hex(encoded)
+
+
 def contract_outcome_of(
-    authority: ContractAuthority, frame: ProblemFrame, organ: str
+    authority: ContractAuthority,
+    frame: ProblemFrame,
+    organ: str,
+    frame_digest_before: str | None = None,
 ) -> ContractAssessment | Rejection:
-    """§9: run the contract authority once over ``frame`` and judge what it returned."""
+    """§9: run the contract authority once over ``frame`` and judge what it returned.
+
+    ``frame_digest_before`` is the frame's digest recomputed by validation
+    before the authority held it (``None``: digest the frame now, with the
+    domain scan). The assessment must bind to the frame as validated.
+    """
     try:
         outcome: object = authority.assess(frame)
     except Exception as exc:  # any failure of the authority is adapter failure (§8)
@@ -48,11 +84,7 @@ def contract_outcome_of(
         )
     try:
         validate_deep(outcome)
-        # The explanation is outside the identity but may be quoted in the
-        # sealed outcome: it too must lie in the domain (no lone surrogate).
-        # The validators just held: the payload path applies (ADR-0007).
-        with validated_payloads():
-            check_domain([outcome.payload(), outcome.explanation])
+        outcome_id = _judged_id(outcome)
     except (TypeError, ValueError) as exc:  # IdentityError is a ValueError
         return Rejection(R.CONTRACT_OUTCOME_MALFORMED, str(exc))
     if outcome.candidate_organ != organ:
@@ -60,12 +92,11 @@ def contract_outcome_of(
             R.CONTRACT_OUTCOME_WRONG_ORGAN,
             f"{authority.target} assessed organ {outcome.candidate_organ!r}, not {organ!r}",
         )
-    # The outcome passed its validators and the domain check above, so its
-    # id takes the payload path (ADR-0007). The frame does not: the authority
-    # held it, so it is digested with the domain scan, as before.
-    with validated_payloads():
-        outcome_id = assessment_id_of(outcome)
-    if outcome.problem_frame_digest != frame_digest(frame):
+    # The frame is not on the payload path: the authority held it, so unless
+    # validation recomputed its digest before the authority ran, it is
+    # digested with the domain scan, as before.
+    bound = frame_digest_before if frame_digest_before is not None else frame_digest(frame)
+    if outcome.problem_frame_digest != bound:
         return Rejection(
             R.CONTRACT_OUTCOME_NOT_BOUND,
             f"{authority.target} assessed another frame than the candidate",
@@ -89,6 +120,8 @@ def evidence_admissible(
     evidence: object, refs: tuple[str, ...]
 ) -> tuple[ProofEvidence, ...] | Rejection:
     """§10: gathered evidence is well typed and names only declared obligations."""
+    if type(evidence) is tuple and not evidence:  # the common case: nothing gathered
+        return ()
     if not (
         isinstance(evidence, tuple | list) and all(type(item) is ProofEvidence for item in evidence)
     ):
@@ -129,11 +162,7 @@ def proof_outcome_of(
         )
     try:
         validate_deep(outcome)
-        # The explanation is outside the identity but may be quoted in the
-        # sealed outcome: it too must lie in the domain (no lone surrogate).
-        # The validators just held: the payload path applies (ADR-0007).
-        with validated_payloads():
-            check_domain([outcome.payload(), outcome.explanation])
+        outcome_id = _judged_id(outcome)
     except (TypeError, ValueError) as exc:  # IdentityError is a ValueError
         return Rejection(R.PROOF_OUTCOME_MALFORMED, str(exc))
     if not (outcome.obligation_ref == ref and outcome.candidate_digest == candidate_digest):
@@ -149,8 +178,6 @@ def proof_outcome_of(
             R.PROOF_OUTCOME_WRONG_AUTHORITY,
             f"{label} returned an outcome signed by another authority",
         )
-    with validated_payloads():  # validated and domain-checked above (ADR-0007)
-        outcome_id = proof_outcome_id_of(outcome)
     if outcome_id != outcome.proof_outcome_id:
         return Rejection(
             R.PROOF_OUTCOME_ID_INVALID, f"{label} returned an outcome whose id does not reproduce"
