@@ -26,7 +26,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -52,20 +52,29 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 
 def search_run(attempts: int) -> tuple[ReplayRequest, ...]:
     """``attempts`` attempts: ``attempts // 2`` distinct problems, then each once more."""
+    distinct = max(1, attempts // 2)
+    return repeating_run([i % distinct for i in range(attempts)])
+
+
+def repeating_run(problems: Sequence[int]) -> tuple[ReplayRequest, ...]:
+    """One attempt per item of ``problems``; equal items pose the same certification problem.
+
+    Problem ``i`` is the e2e scenario's certified candidate with ``1 + i``
+    trays (12 per tray, 6 boxes), so distinct items are distinct problems.
+    """
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         import build_e2e_bundle as scenario  # type: ignore[import-not-found]  # examples/
     finally:
         sys.path.remove(str(ROOT / "examples"))
-    distinct = max(1, attempts // 2)
-    frames = [
-        attrs.evolve(
+    frames = {
+        i: attrs.evolve(
             scenario.whole(scenario.BOXES),
             bindings=(attrs.evolve(scenario.TRAYS, value=1 + i), scenario.PER_TRAY, scenario.BOXES),
         )
-        for i in range(distinct)
-    ]
-    drafts = [CandidateDraft(frames[i % distinct], scenario.OP, "v1") for i in range(attempts)]
+        for i in sorted(set(problems))
+    }
+    drafts = [CandidateDraft(frames[i], scenario.OP, "v1") for i in problems]
     chain = build_chain(
         scenario.ORIGINAL,
         assess(scenario.ORIGINAL),
@@ -73,7 +82,7 @@ def search_run(attempts: int) -> tuple[ReplayRequest, ...]:
         operator_set_id="arithmetic.repair_ops",
         operator_set_version="v1",
     )
-    inputs = tuple(build_replay_input(chain, i, CERTIFIED_MANIFEST) for i in range(attempts))
+    inputs = tuple(build_replay_input(chain, i, CERTIFIED_MANIFEST) for i in range(len(problems)))
     return requests_from_bundle(ReplayBundle(chain, inputs))
 
 
