@@ -1,9 +1,10 @@
 """Within one run a certification problem is produced once, under every executor (ADR-0019).
 
 Real certifications (z3 produces, cvc5 checks, in bwrap) on a real spawn
-pool of 2 workers and a real local Dask cluster of 2 single-threaded worker
-processes. The run poses each problem several times back to back, so two
-workers would take the same problem at once: with a store, the repeats wait
+pool of 2 workers and the real local Dask cluster of 2 worker processes
+that ``--executor dask --workers 2`` starts. The run poses each problem
+several times back to back, so two workers would take the same problem at
+once: with a store, the repeats wait
 for the first and hit what it stored (the checker still runs for each), and
 the outcome bytes are those of an inline run with no store. A first
 certification that stores nothing (the store cannot be written) does not
@@ -14,7 +15,6 @@ keyed tasks that record when they ran, including a first that raises.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from collections import Counter
@@ -24,7 +24,6 @@ from pathlib import Path
 
 import attrs
 import pytest
-from distributed import Client, LocalCluster
 
 from bench._store import repeating_run
 from kernel.commands.replay import outcome_lines
@@ -71,19 +70,11 @@ def inline_bytes(
 
 @pytest.fixture(scope="module")
 def dask_pool() -> Iterator[Executor]:
+    """The local Dask cluster ``kernel run --executor dask --workers 2`` starts."""
     before = descendants()
-    with LocalCluster(  # type: ignore[no-untyped-call]
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-        silence_logs=logging.CRITICAL,
-    ) as cluster, Client(cluster, set_as_default=False) as client:  # type: ignore[no-untyped-call]
-        executor = client.get_executor(pure=False)
+    with open_executor(ExecutorSpec(ExecutorKind.DASK, workers=2)) as executor:
+        assert executor is not None
         yield executor
-        executor.shutdown(wait=True)
     assert_no_new_descendants(before)
 
 
