@@ -15,16 +15,21 @@ import hashlib
 import json
 import logging
 import shutil
+import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from kernel.orchestrate import (
     EVIDENCE_SOURCE,
     EvidenceStore,
+    ExternalCertifier,
     InsertResult,
     Miss,
     MissReason,
+    certification_entry,
+    discover_tools,
     store_key,
 )
 from kernel.organs import CERTIFIED_MANIFEST, certification_problem, problem_digest
@@ -213,3 +218,43 @@ def test_a_nondeterministic_producer_is_recorded_as_a_conflict(
     assert not isinstance(kept, Miss) and kept.evidence == earlier  # never mixed
     assert item.document  # this attempt's own certification stands on its own evidence
     shutil.rmtree(tmp_path / "work")
+
+
+def test_a_hit_reads_no_producer_pin_and_keeps_the_identity_exact(tmp_path: Path) -> None:
+    """On a hit no producer launches: its files are not read (the checker's all are).
+
+    The producer's z3 is a copy pinned at the start; once the store holds the
+    problem's evidence the copy is changed. Without a store the run checks
+    the pin before launching the producer and blocks; on a hit the producer
+    does not launch, the checker's pins hold, and the certification closes.
+    identity.json is the entry's, every pin included, either way.
+    """
+    tools = discover_tools(Path(sys.executable))
+    z3 = tmp_path / "tools" / "z3"
+    z3.parent.mkdir()
+    shutil.copy2(tools.z3, z3)
+    entry = certification_entry(attrs.evolve(tools, z3=str(z3)))
+    store = EvidenceStore(tmp_path / "store")
+    plain = certifier(tmp_path / "unused", entry)
+
+    def provider(name: str, with_store: bool) -> ExternalCertifier:
+        return attrs.evolve(plain, work_dir=tmp_path / name,
+                            store=store if with_store else None)  # fmt: skip
+
+    state = _contract_closed(0)
+    attempt = state.validated.request.replay_input.attempt_id
+    assert provider("cold", True).gather(state)  # fills the store
+    with z3.open("ab") as handle:
+        handle.write(b"\0")  # the producer's pinned z3 no longer holds
+    provider("off", False).gather(state)  # an inconclusive receipt: BLOCKED, below
+    off = json.loads((tmp_path / "off" / attempt / "run" / "metadata.json").read_bytes())
+    assert (off["status"], off["reason"]) == ("BLOCKED", "pin_mismatch"), off
+    (item,) = provider("hit", True).gather(state)
+    run = tmp_path / "hit" / attempt / "run"
+    metadata = json.loads((run / "metadata.json").read_bytes())
+    assert metadata["status"] == "PASS" and metadata["producer"] is None, metadata
+    source = json.loads((tmp_path / "hit" / attempt / EVIDENCE_SOURCE).read_bytes())
+    assert source["lookup"] == "hit" and item.document
+    cold_identity = (tmp_path / "cold" / attempt / "run" / "identity.json").read_bytes()
+    assert (run / "identity.json").read_bytes() == cold_identity
+    assert sha(json.loads(cold_identity)) == metadata["check_digest"] == plain.check_digest

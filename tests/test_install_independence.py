@@ -9,6 +9,20 @@ byte the same, and each work directory passes ``kernel audit`` against its
 own records. Nothing here imports the copies: each runs in a fresh
 interpreter whose ``PYTHONPATH`` is its own tree, from a directory that is
 neither tree.
+
+A wheel installed in another venv (issue 21, deliverable 4) is the same
+promise for an install a user makes: the wheel is built from a copy of the
+source (``pip wheel --no-deps``), installed with ``--no-deps`` into a fresh
+venv, and run through that venv's own ``kernel`` console script. The
+third-party dependencies are made importable with a ``.pth`` line naming
+this checkout's site-packages (nothing of the checkout's ``kernel`` is on
+that path: it is installed editable, by a finder only a site directory
+activates), and the certify tools are hard links (a copy across file
+systems) at the new venv's paths: the z3 binary next to its interpreter and
+the ``cvc5`` package with its bundled libraries in its site-packages. So the
+pinned interpreter, both scripts, z3 and every cvc5 file are other absolute
+paths with the same bytes; libpython and the loader closure (libc, libm,
+libstdc++, the loader) are the machine's and do not move.
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -36,7 +51,7 @@ from kernel.verification import (
 )
 from tests.orchestrate_helpers import E2E_BUNDLE, ROOT, stored_main_job
 from tests.support import reference
-from tests.support.cli import KERNEL_MAIN
+from tests.support.cli import KERNEL_MAIN, kernel
 
 pytestmark = pytest.mark.skipif(
     not Path("/usr/bin/bwrap").is_file(), reason="the certification runs in bwrap (ADR 0018)"
@@ -145,3 +160,145 @@ def test_the_audit_binds_the_content_digest_to_the_stored_manifest(tmp_path: Pat
     }, findings
     # The untouched store audits clean.
     assert _kernel(ROOT, tmp_path, "audit", stored, "--format", "json").returncode == 0
+
+
+# --- a wheel installed in another venv ------------------------------------------------
+
+
+def _checked(*argv: str | Path, cwd: Path) -> str:
+    """Run from ``cwd``, never the checkout (``python -c`` puts the working directory first)."""
+    done = subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, timeout=300, check=False,
+        cwd=cwd, env=_plain_environment(),
+    )  # fmt: skip
+    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def _plain_environment() -> dict[str, str]:
+    """This environment without what would point an interpreter at the checkout."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}  # fmt: skip
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """``target`` holds ``source``'s files under new names (hard links; copies across devices)."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    if source.is_dir():
+        shutil.copytree(source, target, copy_function=link,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    else:
+        link(str(source), str(target))
+
+
+def _wheel_venv(tmp: Path) -> Path:
+    """A fresh venv with the wheel of this source installed (``--no-deps``); its bin/."""
+    source = tmp / "source"
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source / name if source.is_dir() else _mkdir(source) / name)
+    shutil.copytree(
+        ROOT / "kernel", source / "kernel", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    _checked(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", source,
+             cwd=tmp)  # fmt: skip
+    (wheel,) = (tmp / "dist").glob("failclosed_replay-*.whl")
+    venv = tmp / "elsewhere" / "venv"
+    _checked(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp)
+    python = venv / "bin" / "python"
+    _checked(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
+             "--no-index", "-q", wheel, cwd=tmp)  # fmt: skip
+    purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = Path(_checked(python, "-c", purelib, cwd=tmp).strip())
+    ours = Path(sysconfig.get_path("purelib"))
+    # The certify tools at this venv's paths, same bytes (discover_tools looks for
+    # z3 next to the interpreter and imports cvc5 from the interpreter's path).
+    _link_tree(Path(sys.executable).parent / "z3", venv / "bin" / "z3")
+    for name in ("cvc5", "cvc5.libs"):
+        if (ours / name).exists():
+            _link_tree(ours / name, site / name)
+    # Everything else the kernel imports, from the checkout's site-packages, after its own.
+    (site / "zz-checkout-dependencies.pth").write_text(f"{ours}\n")
+    return venv / "bin"
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
+
+
+def _pins(entry: dict[str, object]) -> dict[str, tuple[str, str]]:
+    """Each pin of an entry by role: (path, sha256)."""
+    found: dict[str, tuple[str, str]] = {}
+    for side in ("producer", "checker"):
+        command = entry[side]
+        assert isinstance(command, dict)
+        executable = command["executable"]
+        found[f"{side} executable"] = (executable["path"], executable["sha256"])
+        for i, pin in enumerate(command["dependencies"]):
+            found[f"{side} dependency {i}"] = (pin["path"], pin["sha256"])
+        for pin in command["trusted_tool_dependencies"]:
+            found[f"{side} tool {os.path.basename(pin['path'])}"] = (pin["path"], pin["sha256"])
+    return found
+
+
+def test_a_wheel_installed_in_another_venv_writes_the_checkout_outcome_files(
+    tmp_path: Path,
+) -> None:
+    bin_dir = _wheel_venv(tmp_path)
+    where = _checked(bin_dir / "python", "-c", "import kernel; print(kernel.__file__)",
+                     cwd=tmp_path)  # fmt: skip
+    assert where.startswith(str(tmp_path / "elsewhere" / "venv")), where
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    wheel_work, wheel_out = runs / "wheel-work", runs / "wheel.jsonl"
+    done = subprocess.run(
+        [str(bin_dir / "kernel"), "run", str(E2E_BUNDLE), "--work-dir", str(wheel_work),
+         "--out", str(wheel_out), "--quiet"],
+        capture_output=True, text=True, timeout=300, check=False, cwd=runs,
+        env=_plain_environment(),
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr  # one tampered attempt on purpose
+    audit = subprocess.run(
+        [str(bin_dir / "kernel"), "audit", str(wheel_work), "--outcomes", str(wheel_out),
+         "--format", "json"],
+        capture_output=True, text=True, timeout=300, check=False, cwd=runs,
+        env=_plain_environment(),
+    )  # fmt: skip
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    checkout_work, checkout_out = stored_main_job(tmp_path / "checkout")
+    assert kernel("audit", checkout_work, "--outcomes", checkout_out).returncode == 0
+    certified = [line for line in wheel_out.read_bytes().splitlines()
+                 if b"contract_and_proof_closed" in line]  # fmt: skip
+    assert certified, "the bundle certifies some attempt"
+    assert wheel_out.read_bytes() == checkout_out.read_bytes()
+    # What moved: the interpreter, both scripts, z3 and cvc5's files are pinned
+    # at the new venv's paths with the same bytes; libpython and the loader
+    # closure are the machine's.
+    (wheel_entry, *_), (checkout_entry, *_) = _entries(wheel_work), _entries(checkout_work)
+    wheel_pins, checkout_pins = _pins(wheel_entry), _pins(checkout_entry)
+    assert wheel_pins.keys() == checkout_pins.keys()
+    moved = {role for role in wheel_pins if wheel_pins[role][0] != checkout_pins[role][0]}
+    for role in wheel_pins:
+        assert wheel_pins[role][1] == checkout_pins[role][1], role  # same bytes
+    venv = str(tmp_path / "elsewhere" / "venv")
+    assert {r for r in wheel_pins if wheel_pins[r][0].startswith(venv)} == moved
+    for side in ("producer", "checker"):
+        assert {f"{side} executable", f"{side} dependency 0"} <= moved
+    assert "producer tool z3" in moved
+    assert {r for r in moved if r.startswith("checker tool")} >= {
+        r for r in checkout_pins if r.startswith("checker tool") and "cvc5" in checkout_pins[r][0]
+    }
+    # ... so the check digests differ and the content digests do not.
+    def identity(entry: dict[str, object]) -> str:
+        return reference.sha({"identity_version": 1, **entry})
+
+    assert identity(wheel_entry) != identity(checkout_entry)
+    assert reference.check_content_digest(wheel_entry) == reference.check_content_digest(
+        checkout_entry
+    )

@@ -7,7 +7,8 @@ its ``Reason``):
 1. create a fresh attempt directory ``run_root/<run_id>`` (never reused);
 2. validate the job: its digest, and that it names this check; choose the
    containment level (ADR 0009), never weaker than the entry requires;
-3. build identity(check): every pin must hold;
+3. build identity(check): every pin must hold (with supplied evidence, every
+   pin of the checker: the producer does not launch, ADR-0019);
 4. copy every declared input (the specification is always one) from inside
    the repository root into ``snapshot/``, each copy hashed once; the
    snapshot holds exactly the declared inputs;
@@ -125,7 +126,7 @@ def run_check(
         write_atomic(attempt.root / "job.json", dumps(job) + b"\n")
         check_job(job, entry)
         containment = choose_containment(entry, rec, max_containment, limits)
-        identity = build_identity(entry, rec, attempt)
+        identity = build_identity(entry, rec, attempt, producer=supplied_evidence is None)
         if progress is not None:
             progress(Stage.IDENTITY_BUILT)
         freeze_snapshot(entry, repository_root, rec, attempt)
@@ -159,6 +160,7 @@ def run_check(
             cancel=cancel,
             progress=progress,
             containment=containment,
+            produced=supplied_evidence is None,
         )
 
     def produce(identity: CheckIdentity, containment: ContainmentLevel) -> None:

@@ -152,25 +152,34 @@ def choose_containment(
     return level
 
 
-def _sealed_paths(entry: CheckEntry, attempt: Attempt) -> frozenset[str]:
-    """The pinned paths a launch runs from sealed copies: each command's executable
-    and every argument of its expanded argv naming one of its dependencies."""
+def _sealed_paths(entry: CheckEntry, attempt: Attempt, *, producer: bool) -> frozenset[str]:
+    """The pinned paths a launch runs from sealed copies: each launching command's
+    executable and every argument of its expanded argv naming one of its dependencies."""
     paths: set[str] = set()
-    for role, command in ((Role.PRODUCER, entry.producer), (Role.CHECKER, entry.checker)):
+    roles = ((Role.PRODUCER, entry.producer),) if producer else ()
+    for role, command in (*roles, (Role.CHECKER, entry.checker)):
         arguments = set(expand_argv(command.argv, attempt.placeholders(command, role))[1:])
         paths.add(command.executable.path)
         paths.update(pin.path for pin in command.dependencies if pin.path in arguments)
     return frozenset(paths)
 
 
-def build_identity(entry: CheckEntry, rec: Recorder, attempt: Attempt) -> CheckIdentity:
+def build_identity(
+    entry: CheckEntry, rec: Recorder, attempt: Attempt, *, producer: bool = True
+) -> CheckIdentity:
     """identity(check) with every pin checked (each pinned file read once for the attempt:
-    executables and scripts into the sealed copies that run); retained as identity.json."""
+    executables and scripts into the sealed copies that run); retained as identity.json.
+
+    Without ``producer`` (the evidence is supplied and no producer launches,
+    ADR-0019) only the checker's pins are read: a pin is checked so that
+    what launches is what was approved, and the producer's files never run.
+    The identity is the entry's either way, every pin included.
+    """
     failure = first_pin_failure(
-        all_pins(entry),
+        all_pins(entry) if producer else entry.checker.pins(),
         attempt.files,
         sealed=attempt.sealed,
-        sealing=_sealed_paths(entry, attempt),
+        sealing=_sealed_paths(entry, attempt, producer=producer),
     )
     if failure is not None:
         raise Block(Reason.PIN_MISMATCH, failure.detail)
@@ -445,8 +454,13 @@ def check_phase(
     cancel: threading.Event | None,
     progress: Progress | None,
     containment: ContainmentLevel,
+    produced: bool = True,
 ) -> Verdict:
-    """Seed 003 steps 4-6: fresh request, checker run, post-run checks, receipt."""
+    """Seed 003 steps 4-6: fresh request, checker run, post-run checks, receipt.
+
+    ``produced`` is False in a run whose evidence was supplied: no producer
+    ran, so only the checker's pins are checked again before its launch.
+    """
     directory = attempt.role_dir(Role.CHECKER)
     try:
         directory.mkdir()
@@ -472,8 +486,8 @@ def check_phase(
             cancel=cancel,
             containment=containment,
             # In a run the producer ran since the identity was built: every pin
-            # again. In a replay the identity was just built from the same pins.
-            recheck=all_pins(entry) if kind is RunKind.RUN else entry.checker.pins(),
+            # again. In a replay, or a run on supplied evidence, no producer ran.
+            recheck=all_pins(entry) if kind is RunKind.RUN and produced else entry.checker.pins(),
         )
     except Block as block:
         rec.checker = block.summary

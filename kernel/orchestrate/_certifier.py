@@ -232,14 +232,29 @@ class ExternalCertifier:
     def task_for(self, state: ContractClosed) -> CertificationTask:
         """What certifying ``state`` reads, and nothing else of it (its run stays here)."""
         replay_input = state.validated.request.replay_input
+        frame = state.validated.candidate_frame
         return CertificationTask(
             self,
             attempt_id=replay_input.attempt_id,
             run_id=replay_input.run_id,
             candidate_digest=replay_input.candidate_digest,
             obligation_refs=replay_input.proof_obligation_refs,
-            candidate_frame=state.validated.candidate_frame,
+            candidate_frame=frame,
+            in_flight_key=self._in_flight_key(replay_input.proof_obligation_refs, frame),
         )
+
+    def _in_flight_key(self, obligations: tuple[str, ...], frame: ProblemFrame) -> str | None:
+        """The store key the task will look up, for the driver to order by; None without a store.
+
+        Only the order of submission depends on it (``_inflight``): the task
+        computes its key again where it runs, from what it certifies.
+        """
+        if self.store is None or TARGET_CERTIFIED not in obligations:
+            return None
+        problem = certification_problem(frame)
+        if problem is None:
+            return None
+        return store_key(self.check_content_digest, problem_digest(problem))
 
     def _gather(self, task: CertificationTask) -> tuple[ProofEvidence, ...]:
         if TARGET_CERTIFIED not in task.obligation_refs:
@@ -413,6 +428,10 @@ class CertificationTask:
     obligation_refs: tuple[str, ...] = attrs.field(validator=_names)
     candidate_frame: ProblemFrame = attrs.field(
         validator=attrs.validators.instance_of(ProblemFrame)
+    )
+    # The driver submits one task per key at a time (ADR-0019); never read by ``gather``.
+    in_flight_key: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_TEXT)
     )
 
     def gather(self) -> tuple[ProofEvidence, ...]:

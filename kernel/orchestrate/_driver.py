@@ -54,13 +54,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future, as_completed
+from concurrent.futures import Executor, Future
 from typing import Final, assert_never, final
 
 import attrs
 
+from kernel.orchestrate._inflight import InFlight, in_flight_key
 from kernel.orchestrate._provider import EvidenceProvider, EvidenceTask, TaskProvider
 from kernel.replay import (
     AuthorityManifest,
@@ -242,6 +244,28 @@ def replay_requests(
     prepared_notes: dict[int, tuple[str, ...]] = {}
     gathered: dict[int, _Gathered] = {}
     pending: dict[Future[_Gathered], int] = {}
+    # Tasks naming the same in-flight key (the certifier's store key) go one
+    # after the other, so a repeat hits what the first stored (ADR-0019).
+    held: dict[int, tuple[EvidenceTask, str | None]] = {}
+    in_flight: InFlight[int] = InFlight()
+    finished: queue.SimpleQueue[Future[_Gathered]] = queue.SimpleQueue()
+
+    def dispatch(first: int) -> None:
+        assert executor is not None
+        ready = [first]
+        while ready:
+            index = ready.pop(0)
+            stage = staged[index]
+            assert isinstance(stage, ContractClosed)
+            submitted = _submit(executor, held[index][0], _label(stage))
+            if isinstance(submitted, _Gathered):
+                gathered[index] = submitted
+                advance()
+                ready.extend(in_flight.finished(held.pop(index)[1]))
+            else:
+                pending[submitted] = index
+                submitted.add_done_callback(finished.put)
+
     # The run's facts are computed once per run object and passed to each of
     # its attempts (linear in the run's size; ADR 0011), never memoised by value.
     for index, request in enumerate(requests):
@@ -259,21 +283,21 @@ def replay_requests(
             gathered[index] = _gather_task(task, _label(stage))
             advance()
         else:
-            submitted = _submit(executor, task, _label(stage))
-            if isinstance(submitted, _Gathered):
-                gathered[index] = submitted
-                advance()
-            else:
-                pending[submitted] = index
+            held[index] = (task, in_flight_key(task))
+            if in_flight.admit(held[index][1], index):
+                dispatch(index)
     # Results are taken as tasks finish and stored by attempt index; each
     # future is then dropped, so a Dask key is released as soon as it is read
     # and a later lost worker cannot make the cluster run that attempt again.
-    for future in as_completed(tuple(pending)):
+    while pending:
+        future = finished.get()
         index = pending.pop(future)
         stage = staged[index]
         assert isinstance(stage, ContractClosed)
         gathered[index] = _collect(future, _label(stage))
         advance()
+        for waiting in in_flight.finished(held.pop(index)[1]):
+            dispatch(waiting)
     outcomes: list[ReplayAdapterOutcome] = []
     for index, stage in enumerate(staged):
         match stage:

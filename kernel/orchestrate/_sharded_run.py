@@ -33,15 +33,17 @@ Theory of operation (ADR 0020 "kernel run"; ADR 0008 "what crosses an executor")
   fails closed, as in ``replay_requests``). Notes (from ``task_for`` on the
   worker and from gathering) are logged here when the shard is written, in
   attempt order.
-- Nothing here decides evidence: a provider-level policy (a store, an
-  in-flight dedup) composes, since each task is the provider's own and is
-  submitted through the driver's ``_submit``.
+- Nothing here decides evidence: each task is the provider's own and is
+  submitted through the driver's ``_submit``. A task naming an in-flight key
+  (a run with an evidence store, ADR 0019) is ordered after the task of its
+  key in flight, across shards, as ``replay_requests`` orders it.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
 from concurrent.futures import Executor, Future
 from typing import Final, assert_never, final
 
@@ -57,6 +59,7 @@ from kernel.orchestrate._driver import (
     _prepare,
     _submit,
 )
+from kernel.orchestrate._inflight import InFlight, in_flight_key
 from kernel.orchestrate._provider import EvidenceProvider, EvidenceTask, TaskProvider
 from kernel.orchestrate._shards import (
     Attempt,
@@ -175,34 +178,15 @@ class _Slot:
         self.settled: dict[int, Settled] = {}
         self.closed: list[Closed] = []
         self.gathered: dict[int, _Gathered] = {}
-        self.pending: dict[Future[_Gathered], Closed] = {}
         self.finishing = False
         self.finished = False
 
     def line_of(self, index: int) -> bytes | None:
         return self.shard.lines[index - self.shard.start] if self.shard.lines else None
 
-    def gather(self, executor: Executor | None) -> None:
-        """Every closed attempt's task submitted now, before any result is awaited."""
-        for closed in self.closed:
-            if closed.task is None:
-                self.gathered[closed.index] = _NO_EVIDENCE
-            elif executor is None:
-                self.gathered[closed.index] = _gather_task(closed.task, closed.label)
-            else:
-                submitted = _submit(executor, closed.task, closed.label)
-                if isinstance(submitted, _Gathered):
-                    self.gathered[closed.index] = submitted
-                else:
-                    self.pending[submitted] = closed
-
-    def collect(self, *, wait: bool) -> bool:
-        """Take the results that are in (all, waiting, with ``wait``); whether all are in."""
-        for future, closed in list(self.pending.items()):
-            if wait or future.done():
-                self.gathered[closed.index] = _collect(future, closed.label)
-                del self.pending[future]  # a Dask key is released as soon as it is read
-        return not self.pending
+    def complete(self) -> bool:
+        """Whether every closed attempt's evidence is in."""
+        return all(c.index in self.gathered for c in self.closed)
 
     def picks(self) -> tuple[tuple[int, bytes | None, tuple[ProofEvidence, ...]], ...]:
         return tuple((c.index, self.line_of(c.index), self.gathered[c.index].evidence)
@@ -219,6 +203,56 @@ class _Slot:
         return out
 
 
+@final
+class _Gathering:
+    """The run's certification tasks on the evidence executor, across every shard in flight.
+
+    As in ``replay_requests``: every task is submitted as its shard's first
+    half comes back, before any result is awaited, and results are bound by
+    attempt index. A task naming an in-flight key (the certifier's store key,
+    ADR 0019) waits while another task of its key is in flight, whichever
+    shard it is in, and is submitted when that one finishes (a repeat then
+    hits the store; a failure releases it all the same).
+    """
+
+    def __init__(self, executor: Executor | None) -> None:
+        self._executor = executor
+        self.pending: dict[Future[_Gathered], tuple[_Slot, Closed]] = {}
+        self._in_flight: InFlight[tuple[_Slot, Closed]] = InFlight()
+
+    def gather(self, slot: _Slot) -> None:
+        """Every closed attempt of ``slot`` submitted now (or parked behind its key)."""
+        for closed in slot.closed:
+            if closed.task is None:
+                slot.gathered[closed.index] = _NO_EVIDENCE
+            elif self._executor is None:
+                slot.gathered[closed.index] = _gather_task(closed.task, closed.label)
+            elif self._in_flight.admit(in_flight_key(closed.task), (slot, closed)):
+                self._dispatch(slot, closed)
+
+    def _dispatch(self, slot: _Slot, closed: Closed) -> None:
+        assert self._executor is not None and closed.task is not None
+        submitted = _submit(self._executor, closed.task, closed.label)
+        if isinstance(submitted, _Gathered):
+            slot.gathered[closed.index] = submitted
+            self._release(closed)
+        else:
+            self.pending[submitted] = (slot, closed)
+
+    def _release(self, closed: Closed) -> None:
+        for slot, waiting in self._in_flight.finished(in_flight_key(closed.task)):
+            self._dispatch(slot, waiting)
+
+    def collect(self, *, wait: bool) -> None:
+        """Take the results that are in; with ``wait``, first wait for at least one."""
+        if wait and self.pending:
+            futures.wait(tuple(self.pending), return_when=futures.FIRST_COMPLETED)
+        for future in [f for f in self.pending if f.done()]:
+            slot, closed = self.pending.pop(future)  # a Dask key is released once read
+            slot.gathered[closed.index] = _collect(future, closed.label)
+            self._release(closed)
+
+
 def replay_shards(
     runner: ShardRunner, shards: Iterable[Shard], executor: Executor | None,
     provider: TaskProvider, version: str, hint: Hint | None = None,
@@ -229,6 +263,7 @@ def replay_shards(
     """
     window: deque[_Slot] = deque()
     by_start: dict[int, _Slot] = {}
+    gathering = _Gathering(executor)
     source = iter(shards)
     exhausted = False
     while True:
@@ -251,11 +286,14 @@ def replay_shards(
             continue
         if runner.pending:
             job, result = runner.take()
-            _taken(job, result, by_start, executor)
-        else:  # nothing on the shard workers: the head waits for its evidence
-            head.collect(wait=True)
+            _taken(job, result, by_start, gathering)
+        else:  # nothing on the shard workers: wait for evidence (the head's, or what it waits on)
+            if not gathering.pending:
+                raise ShardError("shard_failed", "a shard waits for evidence nothing gathers")
+            gathering.collect(wait=True)
+        gathering.collect(wait=False)
         for slot in window:
-            if slot.contracted and not slot.finishing and slot.collect(wait=False):
+            if slot.contracted and not slot.finishing and slot.complete():
                 slot.finishing = True
                 if slot.closed:
                     runner.submit(Job(finish_shard, (slot.picks(), version, hint)))
@@ -263,7 +301,7 @@ def replay_shards(
                     slot.finished = True
 
 
-def _taken(job: Job, result: object, by_start: dict[int, _Slot], executor: Executor | None) -> None:
+def _taken(job: Job, result: object, by_start: dict[int, _Slot], gathering: _Gathering) -> None:
     if job.fn is contract_shard:
         shard = job.args[0]
         assert isinstance(shard, Shard) and isinstance(result, tuple)
@@ -277,7 +315,7 @@ def _taken(job: Job, result: object, by_start: dict[int, _Slot], executor: Execu
                 case _:
                     raise ShardError("shard_failed", f"a shard gave {type(found).__name__}")
         slot.contracted = True
-        slot.gather(executor)
+        gathering.gather(slot)
     else:
         picks = job.args[0]
         assert isinstance(picks, tuple) and isinstance(result, tuple) and picks
