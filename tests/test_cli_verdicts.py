@@ -151,6 +151,23 @@ def test_exit_1_kernel_replay_of_a_certified_bundle_names_kernel_run(tmp_path: P
     assert "Traceback" not in stderr
 
 
+@pytest.mark.parametrize("executor", [("--workers", "2"), ("--executor", "dask", "--workers", "2")],
+                         ids=["process", "dask"])
+def test_sharded_kernel_replay_gives_the_serial_summary_and_hints(
+    tmp_path: Path, executor: tuple[str, ...]
+) -> None:
+    # The hint is computed where the attempt is classified (ADR 0020): on a worker it
+    # used to be lost, and the summary said less than the serial run's.
+    bundle = _sealed(tmp_path, "certified.v1")
+    serial = _kernel("replay", bundle)
+    sharded = _kernel("replay", bundle, *executor, "--shard-size", "1")
+    assert sharded.returncode == serial.returncode == 1, sharded.stderr
+    assert sharded.stdout == serial.stdout
+    assert sharded.stderr.decode().splitlines()[-2:] == serial.stderr.decode().splitlines()[-2:]
+    hints = [line for line in sharded.stderr.decode().splitlines() if line.startswith("hint:")]
+    assert any("the obligations of certified.v1" in line for line in hints), sharded.stderr
+
+
 def test_exit_1_kernel_run_of_a_builtin_bundle_names_manifest_certified(tmp_path: Path) -> None:
     done = _kernel("run", _sealed(tmp_path, "builtin.v1"), "--work-dir", tmp_path / "work")
     stderr, stdout = done.stderr.decode(), done.stdout.decode()

@@ -396,6 +396,19 @@ def manifest_hint(
     return None  # not another manifest's: the refusal's own explanation says what differs
 
 
+# What a certified.v1 bundle's user should do (kernel replay runs no external checker).
+REPLAY_MANIFEST_ADVICE = (
+    "kernel replay checks builtin.v1's in-process obligations only: run a "
+    "certified.v1 bundle with `kernel run`, or seal the draft for kernel replay "
+    "with `kernel bundle --manifest builtin.v1`")
+
+
+def replay_hint(item: Attempt, outcome: ReplayAdapterOutcome) -> str | None:
+    """``kernel replay``'s likely cause (a certified.v1 bundle); module level, so that a
+    shard worker computes it beside the outcome (ADR 0020) and the summary says it too."""
+    return manifest_hint(item, outcome, builtin_manifest(), REPLAY_MANIFEST_ADVICE)
+
+
 def default_cause(
     _index: int, _attempt_id: str | None, outcome: ReplayAdapterOutcome
 ) -> str | None:

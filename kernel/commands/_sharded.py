@@ -37,6 +37,7 @@ from kernel.commands._outcomes import (
     Emitter,
     OutputFormat,
     _Tee,
+    replay_hint,
     stream_error,
 )
 from kernel.commands._signals import interruption
@@ -293,14 +294,15 @@ def replay_sharded(
             except ExecutorSetupError as exc:
                 refuse(exc.code, exc.message)
             manifest = builtin_manifest()
-            for index, attempt_id, outcome, line in runner.run(shards):
-                emitter.add(index, attempt_id, outcome, line=line)
+            for index, attempt_id, outcome, line, hint in runner.run(shards, replay_hint):
+                emitter.add(index, attempt_id, outcome, hint, line=line)
             if runner.restarts and not quiet:
                 typer.echo(f"note: a worker process died; the shards it had not returned were "
                            f"run again ({runner.restarts} time(s))", err=True)
             for item in shards.tail:  # attempt lines missing at the end of the stream
                 outcome, _ = classify_item(item, manifest, None)
-                emitter.add(item.attempt_index, item.attempt_id, outcome)
+                emitter.add(item.attempt_index, item.attempt_id, outcome,
+                            replay_hint(item, outcome))
             if shards.error is not None:
                 stream_error(bundle_path, shards.error)
         except ShardError as exc:

@@ -34,6 +34,7 @@ import typer
 from kernel.bundles import BundleStreamError, outcome_line
 from kernel.commands._io import is_stdio, refuse_output_is_input
 from kernel.commands._outcomes import (
+    REPLAY_MANIFEST_ADVICE,
     Emitter,
     FailOnOption,
     FormatOption,
@@ -88,10 +89,6 @@ Example: kernel replay bundle.json -o out/outcomes.jsonl --fail-on blocked
 """
 
 
-# What a certified.v1 bundle's user should do (kernel replay runs no external checker).
-_MANIFEST_ADVICE = ("kernel replay checks builtin.v1's in-process obligations only: run a "
-                    "certified.v1 bundle with `kernel run`, or seal the draft for kernel replay "
-                    "with `kernel bundle --manifest builtin.v1`")
 
 
 def classify_bundle(bundle: ReplayBundle) -> tuple[ReplayAdapterOutcome, ...]:
@@ -178,7 +175,7 @@ def register(app: typer.Typer) -> None:
                 for item in attempts:
                     outcome, facts = classify_item(item, manifest, facts)
                     emitter.add(item.attempt_index, item.attempt_id, outcome,
-                                manifest_hint(item, outcome, manifest, _MANIFEST_ADVICE))
+                                manifest_hint(item, outcome, manifest, REPLAY_MANIFEST_ADVICE))
             except BundleStreamError as exc:
                 stream_error(bundle_path, exc)
             except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (kernel.commands._signals)

@@ -97,6 +97,7 @@ __all__ = [
     "Decided",
     "Job",
     "Shard",
+    "ShardHint",
     "ShardError",
     "ShardRunner",
     "SharedRun",
@@ -119,7 +120,13 @@ STOP_SECONDS: Final = 3.0
 
 Attempt = ReadyAttempt | RefusedAttempt
 # One attempt's outcome as the caller writes it: (index, attempt id, outcome, outcome line).
-Decided = tuple[int, str | None, ReplayAdapterOutcome, bytes]
+Decided = tuple[int, str | None, ReplayAdapterOutcome, bytes, str | None]
+#: The command's likely cause of an outcome (its summary's ``hint:`` lines),
+#: computed where the attempt is, on the worker; a module-level function, so it
+#: crosses to a worker by reference.
+ShardHint = Callable[[Attempt, ReplayAdapterOutcome], str | None]
+# What a worker returns per attempt: its id, outcome, outcome line and hint.
+_Classified = tuple[str | None, ReplayAdapterOutcome, bytes, str | None]
 
 
 @final
@@ -242,14 +249,15 @@ class _Prepared:
                 raise ValueError("an attempt line gave no attempt")
             yield item
 
-    def classify(self, shard: Shard) -> tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...]:
-        found: list[tuple[str | None, ReplayAdapterOutcome, bytes]] = []
+    def classify(self, shard: Shard, hint: ShardHint | None = None) -> tuple[_Classified, ...]:
+        found: list[_Classified] = []
         for expected, item in enumerate(self.items(shard), start=shard.start):
             if item.attempt_index != expected:
                 raise ValueError(f"shard attempt {item.attempt_index}, expected {expected}")
             outcome, self.facts = classify_item(item, self.manifest, self.facts)
             found.append((item.attempt_id, outcome,
-                          outcome_line(item.attempt_index, item.attempt_id, outcome)))
+                          outcome_line(item.attempt_index, item.attempt_id, outcome),
+                          None if hint is None else hint(item, outcome)))
         if len(found) != shard.count:
             raise ValueError(f"shard of {shard.count} attempts gave {len(found)}")
         return tuple(found)
@@ -280,8 +288,8 @@ def prepared_run(shared: SharedRun | None) -> _Prepared:
 
 
 def classify_shard(
-    shared: SharedRun | None, shard: Shard
-) -> tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...]:
+    shared: SharedRun | None, shard: Shard, hint: ShardHint | None = None
+) -> tuple[_Classified, ...]:
     """A shard's outcomes, in order (the task a worker runs).
 
     ``shared`` is ``None`` in a process pool worker, whose initializer
@@ -289,7 +297,7 @@ def classify_shard(
     (the same object for every task) and prepares it on its first shard.
     """
     prepared = _prepared(shared)
-    return prepared.classify(shard)
+    return prepared.classify(shard, hint)
 
 
 def _initialize(path: str, token: str) -> None:
@@ -358,8 +366,9 @@ class ShardRunner:
         self._pending.popleft()
         return job, result
 
-    def run(self, shards: Iterable[Shard]) -> Iterator[Decided]:
-        """Every attempt of ``shards``, in order; raises ``ShardError`` when a shard is lost."""
+    def run(self, shards: Iterable[Shard], hint: ShardHint | None = None) -> Iterator[Decided]:
+        """Every attempt of ``shards``, in order, with ``hint``'s cause (computed on the
+        worker); raises ``ShardError`` when a shard is lost."""
         source = iter(shards)
         exhausted = False
         while True:
@@ -368,15 +377,15 @@ class ShardRunner:
                 if shard is None:
                     exhausted = True
                     break
-                self.submit(Job(classify_shard, (shard,)))
+                self.submit(Job(classify_shard, (shard, hint)))
             if not self.pending:
                 return
             job, found = self.take()
             taken = job.args[0]
             assert isinstance(taken, Shard)
-            results = cast(tuple[tuple[str | None, ReplayAdapterOutcome, bytes], ...], found)
-            for offset, (attempt_id, outcome, line) in enumerate(results):
-                yield taken.start + offset, attempt_id, outcome, line
+            results = cast(tuple[_Classified, ...], found)
+            for offset, (attempt_id, outcome, line, cause) in enumerate(results):
+                yield taken.start + offset, attempt_id, outcome, line, cause
 
 
 @final
