@@ -291,12 +291,12 @@ class DratChecker:
         # is most visits; a removed watch is swapped with the list's last pair.
         self.watches: list[list[int]] = [[] for _ in range(size)]
         self.core: list[list[int]] = [[] for _ in range(size)]
-        # Binary clauses are not watched: each literal lists ``[other, cid, ...]``
+        # Binary clauses are not watched: each literal lists ``(other, cid)``
         # of the binary clauses it is in, always propagated with the core.
-        self.binaries: list[list[int]] = [[] for _ in range(size)]
+        self.binaries: list[list[tuple[int, int]]] = [[] for _ in range(size)]
         self.reason = [-1] * (variables + 1)
         self.position = [0] * (variables + 1)
-        self.seen = bytearray(variables + 1)
+        self.seen = [0] * (variables + 1)
         self.trail: list[int] = []
         self.core_head = self.other_head = 0  # trail literals propagated over each kind
         self.clauses = clauses
@@ -304,7 +304,12 @@ class DratChecker:
         # Core watch lists hold marked clauses only; an entry whose clause is
         # no longer ALIVE | MARKED (core) or ALIVE (the others) is dropped
         # when met, so one byte decides whether a watch still counts.
-        self.state = bytearray(len(clauses))
+        self.state = [0] * len(clauses)
+        # Variables on the top-level trail whose reasons are all marked: a
+        # conflict analysis stops there instead of walking the same top-level
+        # implications again for every check (cleared when they leave the trail).
+        self.justified = [0] * (variables + 1)
+        self.level = 0  # the top-level trail's length when a check started
         self.units: set[int] = set()
         self.empties: set[int] = set()
         self.conflict = -1  # an alive clause falsified at the top level, or -1
@@ -313,10 +318,6 @@ class DratChecker:
             if keep:
                 self.attach(cid)
         self._rebuild()
-
-    @property
-    def marked(self) -> bytearray:
-        return bytearray(state >> 1 for state in self.state)
 
     # -- the top level
     def _assign(self, code: int, reason: int) -> None:
@@ -330,6 +331,11 @@ class DratChecker:
         value, trail = self.value, self.trail
         for code in trail[size:]:
             value[code] = value[code ^ 1] = 0
+        if size < self.level:  # the top level itself shrinks
+            justified = self.justified
+            for code in trail[size : self.level]:
+                justified[code >> 1] = 0
+            self.level = size
         del trail[size:]
         self.core_head = min(self.core_head, size)
         self.other_head = min(self.other_head, size)
@@ -358,11 +364,9 @@ class DratChecker:
                 implied = binaries[false]
                 if implied:
                     stale = False
-                    for k in range(0, len(implied), 2):
-                        other = implied[k]
+                    for other, cid in implied:
                         if value[other] == 1:
                             continue
-                        cid = implied[k + 1]
                         if not state[cid] & ALIVE:
                             stale = True
                         elif value[other]:
@@ -375,12 +379,7 @@ class DratChecker:
                             position[other >> 1] = len(trail)
                             trail.append(other)
                     if stale:  # undone lemmas never come back
-                        implied[:] = [
-                            x
-                            for k in range(0, len(implied), 2)
-                            if state[implied[k + 1]] & ALIVE
-                            for x in implied[k : k + 2]
-                        ]
+                        implied[:] = [pair for pair in implied if state[pair[1]] & ALIVE]
                     if conflict >= 0:
                         break
                 lists, kind = core, CORE
@@ -392,7 +391,9 @@ class DratChecker:
                 break
             # The clauses of one kind (``state == kind``) watched by ``false``.
             watching = lists[false]
-            size = len(watching)
+            if not watching:
+                continue
+            full = size = len(watching)
             i = 0
             while i < size:
                 blocker = watching[i]
@@ -409,33 +410,40 @@ class DratChecker:
                 first = clause[0]
                 if first == false:
                     first = clause[1]
-                    clause[0] = first
-                    clause[1] = false
+                    slot = 0
+                else:
+                    slot = 1
                 if first != blocker and value[first] == 1:
                     watching[i] = first
                     i += 2
                     continue
-                for k in range(2, len(clause)):
-                    other = clause[k]
-                    if value[other] != -1:
-                        clause[1] = other
-                        clause[k] = false
-                        lists[other] += (first, cid)
-                        size -= 2
-                        watching[i] = watching[size]
-                        watching[i + 1] = watching[size + 1]
-                        break
-                else:
-                    i += 2
-                    if value[first] == -1:
-                        conflict = cid
-                        break
-                    value[first] = 1
-                    value[first ^ 1] = -1
-                    reason[first >> 1] = cid
-                    position[first >> 1] = len(trail)
-                    trail.append(first)
-            del watching[size:]
+                # A non-false literal to watch instead, usually the third.
+                other = clause[2]
+                k = 2
+                if value[other] == -1:
+                    for k in range(3, len(clause)):
+                        other = clause[k]
+                        if value[other] != -1:
+                            break
+                    else:  # unit or conflicting: ``first`` stays watched
+                        i += 2
+                        if value[first] == -1:
+                            conflict = cid
+                            break
+                        value[first] = 1
+                        value[first ^ 1] = -1
+                        reason[first >> 1] = cid
+                        position[first >> 1] = len(trail)
+                        trail.append(first)
+                        continue
+                clause[slot] = other
+                clause[k] = false
+                lists[other] += (first, cid)
+                size -= 2
+                watching[i] = watching[size]
+                watching[i + 1] = watching[size + 1]
+            if size < full:
+                del watching[size:]
             if conflict >= 0:
                 break
         self.core_head, self.other_head = core_head, other_head
@@ -478,8 +486,8 @@ class DratChecker:
             return
         if len(codes) == 2:
             first, second = codes
-            self.binaries[first] += (second, cid)
-            self.binaries[second] += (first, cid)
+            self.binaries[first].append((second, cid))
+            self.binaries[second].append((first, cid))
             if not settled or (value[first] != -1 and value[second] != -1):
                 return
             if value[first] == -1 and value[second] == -1:
@@ -525,26 +533,28 @@ class DratChecker:
     def _mark(self, cid: int) -> None:
         """Mark ``cid`` and the reasons of its false literals, transitively."""
         state, reason, clauses, seen = self.state, self.reason, self.clauses, self.seen
-        core = self.core
+        core, justified, position, level = self.core, self.justified, self.position, self.level
         pending = [cid]
         touched = []
         while pending:
             why = pending.pop()
+            clause = clauses[why]
             if not state[why] & MARKED:  # into the core, watched on the same literals
                 state[why] |= MARKED
-                clause = clauses[why]
                 if len(clause) > 2:
                     core[clause[0]] += (clause[1], why)
                     core[clause[1]] += (clause[0], why)
-            for code in clauses[why]:
+            for code in clause:
                 variable = code >> 1
                 if not seen[variable]:
                     seen[variable] = 1
                     touched.append(variable)
-                    if reason[variable] >= 0:
+                    if reason[variable] >= 0 and not justified[variable]:
                         pending.append(reason[variable])
         for variable in touched:
             seen[variable] = 0
+            if position[variable] < level and reason[variable] >= 0:
+                justified[variable] = 1
 
     def _into_core(self, cid: int) -> None:
         """Mark ``cid``; from now on it is watched (on the same literals) in ``core``."""
@@ -589,18 +599,19 @@ class DratChecker:
             return True
         return False
 
-    def check(self, cid: int) -> bool:
-        """Is lemma ``cid`` RUP, or RAT on its first literal, over the formula in force?"""
+    def check(self, cid: int, first: int) -> bool:
+        """Is lemma ``cid`` RUP, or RAT on ``first`` (its first literal as written: the
+        watches reorder its codes in place), over the formula in force?"""
         if self.settled():
             return True
         codes = self.clauses[cid]
-        size = len(self.trail)
+        size = self.level = len(self.trail)
         try:
             if self._refute(codes):
                 return True
             if not codes:
                 return False
-            pivot = codes[0] ^ 1  # the negated pivot
+            pivot = first ^ 1  # the negated pivot
             level = len(self.trail)  # a fixpoint: both heads are here
             state = self.state
             for other, clause in enumerate(self.clauses):
@@ -671,6 +682,7 @@ def check_core(
     for cid, codes in enumerate(clauses):
         copies.setdefault(tuple(sorted(codes)), []).append(cid)
     events: list[int] = []  # per step before k: the lemma's cid, or -2 - cid deleted, or -1
+    firsts: list[int] = []  # per step before k: a lemma's first literal (RAT's pivot)
     end = 0
     for number, (deletion, clause) in enumerate(steps, start=1):
         if not deletion and not clause:
@@ -681,9 +693,11 @@ def check_core(
         if deletion:
             found = copies.get(key)
             events.append(-2 - found.pop() if found else -1)  # -1: deletes nothing
+            firsts.append(-1)
             continue
         copies.setdefault(key, []).append(len(clauses))
         events.append(len(clauses))
+        firsts.append(codes[0])
         clauses.append(codes)
     if not end:
         return "unknown", "the proof never adds the empty clause", []
@@ -708,7 +722,7 @@ def check_core(
         if not checker.state[event] & MARKED:
             continue
         checked += 1
-        if not checker.check(event):
+        if not checker.check(event, firsts[index]):
             shown = " ".join([*map(str, shown_steps[index][1]), "0"])
             return "rejected", f"step {index + 1}: lemma '{shown}' is neither RUP nor RAT", []
     marked = [state & MARKED for state in checker.state]
