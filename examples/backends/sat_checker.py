@@ -357,6 +357,11 @@ class DratChecker:
         core, watches, binaries = self.core, self.watches, self.binaries
         core_head, other_head = self.core_head, self.other_head
         conflict = -1
+        # Where to go on in the non-core list of ``held`` after a detour to the
+        # core (-1: nowhere): as in drat-trim, a unit found by a non-core clause
+        # sends propagation back to the core at once, so a long non-core list is
+        # often left before its end because the core then conflicts.
+        resume = held = -1
         while True:
             if core_head < len(trail):
                 false = trail[core_head] ^ 1
@@ -382,11 +387,14 @@ class DratChecker:
                         implied[:] = [pair for pair in implied if state[pair[1]] & ALIVE]
                     if conflict >= 0:
                         break
-                lists, kind = core, CORE
+                lists, kind, i = core, CORE, 0
+            elif resume >= 0:
+                false = held
+                lists, kind, i = watches, ALIVE, resume
             elif other_head < len(trail):
-                false = trail[other_head] ^ 1
+                false = held = trail[other_head] ^ 1
                 other_head += 1
-                lists, kind = watches, ALIVE
+                lists, kind, i = watches, ALIVE, 0
             else:
                 break
             # The clauses of one kind (``state == kind``) watched by ``false``.
@@ -394,7 +402,6 @@ class DratChecker:
             if not watching:
                 continue
             full = size = len(watching)
-            i = 0
             while i < size:
                 blocker = watching[i]
                 if value[blocker] == 1:
@@ -435,6 +442,8 @@ class DratChecker:
                         reason[first >> 1] = cid
                         position[first >> 1] = len(trail)
                         trail.append(first)
+                        if kind == ALIVE:
+                            break
                         continue
                 clause[slot] = other
                 clause[k] = false
@@ -442,6 +451,10 @@ class DratChecker:
                 size -= 2
                 watching[i] = watching[size]
                 watching[i + 1] = watching[size + 1]
+            else:
+                i = -1  # the list is done
+            if kind == ALIVE:
+                resume = i
             if size < full:
                 del watching[size:]
             if conflict >= 0:
