@@ -179,7 +179,8 @@ def _bulk_text(data: bytes) -> list[Step] | None:
     if (
         spaced.count(b"d") != deletions  # a 'd' inside a token, or two in a row
         or spaced.count(b"-") != spaced.count(b" -")  # a '-' inside a token
-        or spaced.count(b"-0") or spaced.count(b"- ")  # '-0', a lone '-'
+        or spaced.count(b"-0")  # a "-0"
+        or spaced.count(b"- ")  # a lone "-"
     ):
         return None
     steps: list[Step] = []
@@ -188,9 +189,7 @@ def _bulk_text(data: bytes) -> list[Step] | None:
         if tokens.count(b"0") != spaced.count(b" 0"):
             return None  # a leading zero
         numbers = list(map(int, tokens))
-        if numbers and (
-            min(numbers) <= -_BOUND or sum(map(_BOUND.__le__, numbers)) != deletions
-        ):
+        if numbers and (min(numbers) <= -_BOUND or sum(map(_BOUND.__le__, numbers)) != deletions):
             return None  # more than MAX_DIGITS digits
         start, size, find = 0, len(numbers), numbers.index
         while start < size:
