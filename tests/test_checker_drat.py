@@ -834,7 +834,8 @@ def test_malformed_proofs_are_unknown(proof: bytes) -> None:
 def reference_text_steps(data: bytes) -> list[Step] | None:
     """Text DRAT read token by token from its grammar (None: refused)."""
     steps: list[Step] = []
-    deletion, current = False, []
+    deletion = False
+    current: list[int] = []
     for token in data.split():
         if token == b"0":
             steps.append((deletion, current))
