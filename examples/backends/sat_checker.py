@@ -269,8 +269,9 @@ def _parse_binary(data: bytes) -> list[Step]:
 # negates. ``value[code]`` is 1 (true), -1 (false) or 0. Every clause copy of
 # the formula and the proof has an id (``cid``, its index in ``clauses``): a
 # list of codes whose first two are watched (a unit clause has no watches and
-# is kept in ``units``); ``alive[cid]`` says whether it is in the current
-# formula. The top-level trail holds what unit propagation over the alive
+# is kept in ``units``); ``state[cid] & ALIVE`` says whether it is in the
+# current formula, ``state[cid] & MARKED`` whether it is in the core. The
+# top-level trail holds what unit propagation over the alive
 # clauses forces; ``reason[v]`` is the clause that forced ``v`` (-1: assumed).
 #
 # Theory of operation: backward checking with core marking (as drat-trim).
@@ -294,6 +295,15 @@ def _parse_binary(data: bytes) -> list[Step]:
 # and the deletions of marked clauses are a DRAT refutation by themselves
 # (every check used marked clauses only; a RAT check considered every alive
 # clause, so it holds for any subset), which ``core`` returns.
+#
+# Speed (issue 19): the checks are incremental, never a propagation from
+# scratch per lemma: the top-level trail is kept at its fixpoint and only cut
+# back where a leaving clause was a reason; a check assumes the lemma's
+# negation on top of it and backtracks to it. Propagation is one flat loop
+# over integer lists (blocker literals, swap-removal, core first, and a unit
+# found by a non-core clause returns to the core before that list goes on, as
+# drat-trim does); conflict analysis stops at top-level literals whose
+# reasons are already marked.
 
 
 class DratChecker:
