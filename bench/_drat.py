@@ -4,6 +4,8 @@
     python -m bench --drat                 # the run recorded in BENCHMARKS.md
     python -m bench --drat --rounds 3      # a quicker look
     python -m bench --drat --no-dratify    # skip dratify (the largest proofs take minutes)
+    DRAT_INSTANCES="php 9,php 10" python -m bench --drat    # only these instances (substrings)
+    DRAT_BASELINE=/tmp/old.py python -m bench --drat        # also time another sat_checker.py
 
 ``examples/backends/sat_checker.py`` (the project's checker), drat-trim (C,
 the reference backward checker; built from its public source by
@@ -19,6 +21,9 @@ time / drat-trim time (issue 19's target: at most 5) and shipped time /
 dratify time (< 1: the shipped checker is faster), within a round. drat-trim
 runs as a process on files (``drat-trim F P -w``, its own parse included);
 the shipped checker and dratify run in-process on bytes already read.
+``DRAT_BASELINE`` names another ``sat_checker.py`` (e.g. ``git show
+main:examples/backends/sat_checker.py``) timed the same way as "baseline":
+shipped / baseline below 1 means the shipped checker is faster than it.
 """
 
 from __future__ import annotations
@@ -51,10 +56,10 @@ DRAT_TRIM_BUILD = (
 Clause = list[int]
 
 
-def _shipped() -> Callable[[bytes, bytes], tuple[str, str]]:
-    spec = importlib.util.spec_from_file_location(
-        "bench_sat_checker", ROOT / "examples" / "backends" / "sat_checker.py"
-    )
+def _shipped(
+    path: Path = ROOT / "examples" / "backends" / "sat_checker.py", name: str = "bench_sat_checker"
+) -> Callable[[bytes, bytes], tuple[str, str]]:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -116,6 +121,9 @@ def instances() -> list[Instance]:
         ("random 3-SAT, 250 vars", *random_3sat(250, 1)),
         ("mutilated chessboard 8x8", *mutilated(8)),
     ]
+    wanted = [w.strip() for w in os.environ.get("DRAT_INSTANCES", "").split(",") if w.strip()]
+    if wanted:
+        chosen = [c for c in chosen if any(w in c[0] for w in wanted)]
     built = []
     for name, variables, clauses in chosen:
         with Solver(name="cadical195", bootstrap_with=clauses, with_proof=True) as solver:
@@ -169,7 +177,15 @@ def main(rounds: int, *, with_dratify: bool = True) -> int:
         formula = dratify.parse_dimacs(instance.formula.decode())
         return bool(dratify.check_proof(formula, instance.proof.decode(), engine="python").ok)
 
+    baseline_path = os.environ.get("DRAT_BASELINE")
+    baseline = _shipped(Path(baseline_path), "bench_sat_baseline") if baseline_path else None
+
+    def base(instance: Instance) -> bool:
+        assert baseline is not None
+        return baseline(instance.formula, instance.proof)[0] == "accepted"
+
     names = ["shipped", "drat-trim", *(["dratify"] if with_dratify else [])]
+    names += ["baseline"] if baseline else []
     print(f"DRAT: shipped sat_checker.py vs drat-trim ({DRAT_TRIM_COMMIT[:7]}, {DRAT_TRIM})")
     if with_dratify:
         import dratify
@@ -177,6 +193,8 @@ def main(rounds: int, *, with_dratify: bool = True) -> int:
         print(f"  and dratify {dratify.__version__} (python engine)")
     print(f"{rounds} rounds, order rotating; ratio = shipped / other per round")
     print(f"drat-trim built with: {DRAT_TRIM_BUILD}")
+    if baseline_path:
+        print(f"baseline: {baseline_path}")
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for number, instance in enumerate(instances()):
@@ -186,6 +204,7 @@ def main(rounds: int, *, with_dratify: bool = True) -> int:
                 "shipped": functools.partial(ours, instance),
                 "drat-trim": functools.partial(_drat_trim, instance, folder),
                 "dratify": functools.partial(theirs, instance),
+                "baseline": functools.partial(base, instance),
             }
             assert all(runs[name]() for name in names), instance.name
             times: dict[str, list[float]] = {name: [] for name in names}

@@ -831,6 +831,54 @@ def test_malformed_proofs_are_unknown(proof: bytes) -> None:
     assert CHECKER.check_files(b"p cnf 1 2\n1 0\n-1 0\n", proof)[0] == "unknown"
 
 
+def reference_text_steps(data: bytes) -> list[Step] | None:
+    """Text DRAT read token by token from its grammar (None: refused)."""
+    steps: list[Step] = []
+    deletion = False
+    current: list[int] = []
+    for token in data.split():
+        if token == b"0":
+            steps.append((deletion, current))
+            deletion, current = False, []
+        elif token == b"d" and not current and not deletion:
+            deletion = True
+        elif re.fullmatch(rb"-?[1-9][0-9]{0,19}", token):
+            current.append(int(token))
+        else:
+            return None
+    return None if current or deletion else steps
+
+
+# Pieces from which well-formed and subtly malformed text proofs are glued.
+PIECES = [b"d", b"0", b"-", b"1", b"7", b"9" * 19, b"00", b"-0", b" ", b"\n", b"\t", b"\x0b", b"x"]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=14))
+def test_text_proofs_read_in_bulk_agree_with_the_grammar(pieces: list[bytes]) -> None:
+    # The checker reads well-formed text proofs in bulk (no per-token match);
+    # whatever the bytes, it must give the grammar's steps or refuse.
+    data = b"".join(pieces)
+    expected = reference_text_steps(data)
+    if b"\0" in data:
+        return
+    try:
+        steps = CHECKER.parse_proof(data)
+    except CHECKER.Refused:
+        assert expected is None, data
+    else:
+        assert steps == expected, data
+
+
+def test_a_large_text_proof_reads_as_its_steps() -> None:
+    rng = random.Random(7)
+    steps: list[Step] = [
+        (rng.random() < 0.3, [rng.choice((1, -1)) * rng.randint(1, 10**19) for _ in range(k)])
+        for k in (rng.randint(0, 12) for _ in range(3000))
+    ]
+    data = text_drat(steps).replace(b" ", b"\t", 500).replace(b"\n", b" \r\n", 700)
+    assert CHECKER.parse_proof(data) == steps == reference_text_steps(data)
+
+
 # --- tiny formulas against brute force ----------------------------------------------------
 
 

@@ -60,6 +60,7 @@ no obligation is ``unknown``.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -153,7 +154,57 @@ def parse_proof(data: bytes) -> list[Step]:
     return _parse_binary(data) if b"\0" in data else _parse_text(data)
 
 
+# Text proofs are read in bulk when C-level counts over the bytes show that
+# every token is ``d``, ``0`` or ``-?[1-9][0-9]*`` below 10**MAX_DIGITS, with
+# no per-token match; anything else goes to the token-by-token reader, which
+# gives the reason. A ``d`` token becomes _DELETE for int(), a value no
+# literal within MAX_DIGITS can have.
+_TOKEN_BYTES = b"0123456789d- \t\n\r\f\v"
+_SPACES = bytes.maketrans(b"\t\n\r\f\v", b"     ")
+_BOUND = 10**MAX_DIGITS
+_DELETE = 10**MAX_DIGITS * 1000
+
+
 def _parse_text(data: bytes) -> list[Step]:
+    steps = _bulk_text(data)
+    return _read_text(data) if steps is None else steps
+
+
+def _bulk_text(data: bytes) -> list[Step] | None:
+    """The steps of a text proof whose tokens are all well formed, else None."""
+    if data.translate(None, _TOKEN_BYTES):
+        return None
+    spaced = b" " + data.translate(_SPACES) + b" "
+    deletions = spaced.count(b" d ")
+    if (
+        spaced.count(b"d") != deletions  # a 'd' inside a token, or two in a row
+        or spaced.count(b"-") != spaced.count(b" -")  # a '-' inside a token
+        or spaced.count(b"-0")  # a "-0"
+        or spaced.count(b"- ")  # a lone "-"
+    ):
+        return None
+    steps: list[Step] = []
+    try:
+        tokens = spaced.replace(b" d ", b" %d " % _DELETE).split()
+        if tokens.count(b"0") != spaced.count(b" 0"):
+            return None  # a leading zero
+        numbers = list(map(int, tokens))
+        if numbers and (min(numbers) <= -_BOUND or sum(map(_BOUND.__le__, numbers)) != deletions):
+            return None  # more than MAX_DIGITS digits
+        start, size, find = 0, len(numbers), numbers.index
+        while start < size:
+            end = find(0, start)  # ValueError: the last step is not ended
+            deletion = end > start and numbers[start] == _DELETE
+            steps.append((deletion, numbers[start + deletion : end]))
+            start = end + 1
+    except ValueError:
+        return None
+    if sum(deletion for deletion, _ in steps) != deletions:
+        return None  # a 'd' after a literal
+    return steps
+
+
+def _read_text(data: bytes) -> list[Step]:
     try:
         data.decode("ascii")
     except UnicodeDecodeError:
@@ -218,8 +269,9 @@ def _parse_binary(data: bytes) -> list[Step]:
 # negates. ``value[code]`` is 1 (true), -1 (false) or 0. Every clause copy of
 # the formula and the proof has an id (``cid``, its index in ``clauses``): a
 # list of codes whose first two are watched (a unit clause has no watches and
-# is kept in ``units``); ``alive[cid]`` says whether it is in the current
-# formula. The top-level trail holds what unit propagation over the alive
+# is kept in ``units``); ``state[cid] & ALIVE`` says whether it is in the
+# current formula, ``state[cid] & MARKED`` whether it is in the core. The
+# top-level trail holds what unit propagation over the alive
 # clauses forces; ``reason[v]`` is the clause that forced ``v`` (-1: assumed).
 #
 # Theory of operation: backward checking with core marking (as drat-trim).
@@ -243,25 +295,46 @@ def _parse_binary(data: bytes) -> list[Step]:
 # and the deletions of marked clauses are a DRAT refutation by themselves
 # (every check used marked clauses only; a RAT check considered every alive
 # clause, so it holds for any subset), which ``core`` returns.
+#
+# Speed (issue 19): the checks are incremental, never a propagation from
+# scratch per lemma: the top-level trail is kept at its fixpoint and only cut
+# back where a leaving clause was a reason; a check assumes the lemma's
+# negation on top of it and backtracks to it. Propagation is one flat loop
+# over integer lists (blocker literals, swap-removal, core first, and a unit
+# found by a non-core clause returns to the core before that list goes on, as
+# drat-trim does); conflict analysis stops at top-level literals whose
+# reasons are already marked.
 
 
 class DratChecker:
     def __init__(self, variables: int, clauses: list[list[int]], alive: list[bool]) -> None:
         size = 2 * variables + 2
         self.value = [0] * size
+        # Watch lists are flat: ``[blocker, cid, blocker, cid, ...]``, the
+        # blocker being a literal of the clause (the other watch when it was
+        # added). A true blocker settles the clause without reading it, which
+        # is most visits; a removed watch is swapped with the list's last pair.
         self.watches: list[list[int]] = [[] for _ in range(size)]
         self.core: list[list[int]] = [[] for _ in range(size)]
-        # Binary clauses are not watched: each literal lists (other literal, cid)
+        # Binary clauses are not watched: each literal lists ``(other, cid)``
         # of the binary clauses it is in, always propagated with the core.
         self.binaries: list[list[tuple[int, int]]] = [[] for _ in range(size)]
         self.reason = [-1] * (variables + 1)
         self.position = [0] * (variables + 1)
-        self.seen = bytearray(variables + 1)
+        self.seen = [0] * (variables + 1)
         self.trail: list[int] = []
         self.core_head = self.other_head = 0  # trail literals propagated over each kind
         self.clauses = clauses
-        self.alive = [False] * len(clauses)
-        self.marked = bytearray(len(clauses))
+        # Per clause: ALIVE (in the formula in force) | MARKED (in the core).
+        # Core watch lists hold marked clauses only; an entry whose clause is
+        # no longer ALIVE | MARKED (core) or ALIVE (the others) is dropped
+        # when met, so one byte decides whether a watch still counts.
+        self.state = [0] * len(clauses)
+        # Variables on the top-level trail whose reasons are all marked: a
+        # conflict analysis stops there instead of walking the same top-level
+        # implications again for every check (cleared when they leave the trail).
+        self.justified = [0] * (variables + 1)
+        self.level = 0  # the top-level trail's length when a check started
         self.units: set[int] = set()
         self.empties: set[int] = set()
         self.conflict = -1  # an alive clause falsified at the top level, or -1
@@ -283,6 +356,11 @@ class DratChecker:
         value, trail = self.value, self.trail
         for code in trail[size:]:
             value[code] = value[code ^ 1] = 0
+        if size < self.level:  # the top level itself shrinks
+            justified = self.justified
+            for code in trail[size : self.level]:
+                justified[code >> 1] = 0
+            self.level = size
         del trail[size:]
         self.core_head = min(self.core_head, size)
         self.other_head = min(self.other_head, size)
@@ -295,95 +373,119 @@ class DratChecker:
         unmarked clause is only visited when the marked ones are exhausted
         (as drat-trim does), so conflicts are found with clauses already in
         the core whenever they can be, and the core stays small.
+
+        One flat loop with everything in locals: this is where the time goes
+        (about ten million watch visits on PHP 9 into 8).
         """
-        trail, visit, binary = self.trail, self._visit, self._binary
+        value, clauses, trail, state = self.value, self.clauses, self.trail, self.state
+        reason, position = self.reason, self.position
         core, watches, binaries = self.core, self.watches, self.binaries
+        core_head, other_head = self.core_head, self.other_head
+        conflict = -1
+        # Where to go on in the non-core list of ``held`` after a detour to the
+        # core (-1: nowhere): as in drat-trim, a unit found by a non-core clause
+        # sends propagation back to the core at once, so a long non-core list is
+        # often left before its end because the core then conflicts.
+        resume = held = -1
         while True:
-            while self.core_head < len(trail):
-                false = trail[self.core_head] ^ 1
-                self.core_head += 1
-                conflict = binary(binaries[false], false) if binaries[false] else -1
-                if conflict < 0:
-                    conflict = visit(core[false], false, core, True)
-                if conflict >= 0:
-                    return conflict
-            if self.other_head >= len(trail):
-                return -1
-            false = trail[self.other_head] ^ 1
-            self.other_head += 1
-            conflict = visit(watches[false], false, watches, False)
+            if core_head < len(trail):
+                false = trail[core_head] ^ 1
+                core_head += 1
+                implied = binaries[false]
+                if implied:
+                    stale = False
+                    for other, cid in implied:
+                        if value[other] == 1:
+                            continue
+                        if not state[cid] & ALIVE:
+                            stale = True
+                        elif value[other]:
+                            conflict = cid
+                            break
+                        else:
+                            value[other] = 1
+                            value[other ^ 1] = -1
+                            reason[other >> 1] = cid
+                            position[other >> 1] = len(trail)
+                            trail.append(other)
+                    if stale:  # undone lemmas never come back
+                        implied[:] = [pair for pair in implied if state[pair[1]] & ALIVE]
+                    if conflict >= 0:
+                        break
+                lists, kind, i = core, CORE, 0
+            elif resume >= 0:
+                false = held
+                lists, kind, i = watches, ALIVE, resume
+            elif other_head < len(trail):
+                false = held = trail[other_head] ^ 1
+                other_head += 1
+                lists, kind, i = watches, ALIVE, 0
+            else:
+                break
+            # The clauses of one kind (``state == kind``) watched by ``false``.
+            watching = lists[false]
+            if not watching:
+                continue
+            full = size = len(watching)
+            while i < size:
+                blocker = watching[i]
+                if value[blocker] == 1:
+                    i += 2
+                    continue
+                cid = watching[i + 1]
+                if state[cid] != kind:  # undone for good, or now watched in the core lists
+                    size -= 2
+                    watching[i] = watching[size]
+                    watching[i + 1] = watching[size + 1]
+                    continue
+                clause = clauses[cid]
+                first = clause[0]
+                if first == false:
+                    first = clause[1]
+                    slot = 0
+                else:
+                    slot = 1
+                if first != blocker and value[first] == 1:
+                    watching[i] = first
+                    i += 2
+                    continue
+                # A non-false literal to watch instead, usually the third.
+                other = clause[2]
+                k = 2
+                if value[other] == -1:
+                    for k in range(3, len(clause)):
+                        other = clause[k]
+                        if value[other] != -1:
+                            break
+                    else:  # unit or conflicting: ``first`` stays watched
+                        i += 2
+                        if value[first] == -1:
+                            conflict = cid
+                            break
+                        value[first] = 1
+                        value[first ^ 1] = -1
+                        reason[first >> 1] = cid
+                        position[first >> 1] = len(trail)
+                        trail.append(first)
+                        if kind == ALIVE:
+                            break
+                        continue
+                clause[slot] = other
+                clause[k] = false
+                lists[other] += (first, cid)
+                size -= 2
+                watching[i] = watching[size]
+                watching[i + 1] = watching[size + 1]
+            else:
+                i = -1  # the list is done
+            if kind == ALIVE:
+                resume = i
+            if size < full:
+                del watching[size:]
             if conflict >= 0:
-                return conflict
-
-    def _binary(self, implied: list[tuple[int, int]], false: int) -> int:
-        """The binary clauses with ``false`` (now false): each implies its other literal."""
-        value, alive, trail, reason, position = (
-            self.value, self.alive, self.trail, self.reason, self.position
-        )  # fmt: skip
-        stale = False
-        for other, cid in implied:
-            if value[other] == 1:
-                continue
-            if not alive[cid]:
-                stale = True
-            elif value[other] == -1:
-                return cid
-            else:
-                value[other] = 1
-                value[other ^ 1] = -1
-                reason[other >> 1] = cid
-                position[other >> 1] = len(trail)
-                trail.append(other)
-        if stale:  # undone lemmas never come back
-            implied[:] = [pair for pair in implied if alive[pair[1]]]
-        return -1
-
-    def _visit(self, watching: list[int], false: int, lists: list[list[int]], core: bool) -> int:
-        """The clauses of ``watching`` (watched by ``false``, now false), one kind."""
-        value, clauses, trail = self.value, self.clauses, self.trail
-        alive, marked, reason, position = self.alive, self.marked, self.reason, self.position
-        keep = 0
-        count = len(watching)
-        i = 0
-        while i < count:
-            cid = watching[i]
-            i += 1
-            if not alive[cid] or (marked[cid] and not core):
-                continue  # undone for good, or now watched in the core lists
-            clause = clauses[cid]
-            first = clause[0]
-            if first == false:
-                first = clause[1]
-                clause[0] = first
-                clause[1] = false
-            if value[first] == 1:
-                watching[keep] = cid
-                keep += 1
-                continue
-            for k in range(2, len(clause)):
-                other = clause[k]
-                if value[other] != -1:
-                    clause[1] = other
-                    clause[k] = false
-                    lists[other].append(cid)
-                    break
-            else:
-                watching[keep] = cid
-                keep += 1
-                if value[first] == -1:
-                    while i < count:
-                        watching[keep] = watching[i]
-                        keep += 1
-                        i += 1
-                    del watching[keep:]
-                    return cid
-                value[first] = 1
-                value[first ^ 1] = -1
-                reason[first >> 1] = cid
-                position[first >> 1] = len(trail)
-                trail.append(first)
-        del watching[keep:]
-        return -1
+                break
+        self.core_head, self.other_head = core_head, other_head
+        return conflict
 
     def _rebuild(self) -> None:
         """Propagate the kept trail again from its start, to the fixpoint (or a conflict)."""
@@ -405,7 +507,7 @@ class DratChecker:
     # -- the formula in force
     def attach(self, cid: int) -> None:
         """``cid`` enters the formula (built, or a deletion undone)."""
-        self.alive[cid] = True
+        self.state[cid] |= ALIVE
         codes = self.clauses[cid]
         if not codes:
             self.empties.add(cid)
@@ -437,9 +539,9 @@ class DratChecker:
         position = self.position
         codes.sort(key=lambda c: (value[c] != -1, position[c >> 1] if value[c] else 0))
         codes.reverse()
-        lists = self.core if self.marked[cid] else self.watches
-        lists[codes[0]].append(cid)
-        lists[codes[1]].append(cid)
+        lists = self.core if self.state[cid] & MARKED else self.watches
+        lists[codes[0]] += (codes[1], cid)
+        lists[codes[1]] += (codes[0], cid)
         if not settled or value[codes[1]] != -1:
             return
         if value[codes[0]] == 0:
@@ -450,7 +552,7 @@ class DratChecker:
 
     def detach(self, cid: int) -> None:
         """``cid`` leaves the formula (a lemma's addition undone)."""
-        self.alive[cid] = False
+        self.state[cid] &= ~ALIVE
         codes = self.clauses[cid]
         if not codes:
             self.empties.discard(cid)
@@ -468,33 +570,39 @@ class DratChecker:
     # -- checks and marks
     def _mark(self, cid: int) -> None:
         """Mark ``cid`` and the reasons of its false literals, transitively."""
-        marked, reason, clauses, seen = self.marked, self.reason, self.clauses, self.seen
-        self._into_core(cid)
-        stack = [code >> 1 for code in clauses[cid]]
+        state, reason, clauses, seen = self.state, self.reason, self.clauses, self.seen
+        core, justified, position, level = self.core, self.justified, self.position, self.level
+        pending = [cid]
         touched = []
-        while stack:
-            variable = stack.pop()
-            if seen[variable]:
-                continue
-            seen[variable] = 1
-            touched.append(variable)
-            why = reason[variable]
-            if why >= 0:
-                if not marked[why]:
-                    self._into_core(why)
-                stack.extend(code >> 1 for code in clauses[why])
+        while pending:
+            why = pending.pop()
+            clause = clauses[why]
+            if not state[why] & MARKED:  # into the core, watched on the same literals
+                state[why] |= MARKED
+                if len(clause) > 2:
+                    core[clause[0]] += (clause[1], why)
+                    core[clause[1]] += (clause[0], why)
+            for code in clause:
+                variable = code >> 1
+                if not seen[variable]:
+                    seen[variable] = 1
+                    touched.append(variable)
+                    if reason[variable] >= 0 and not justified[variable]:
+                        pending.append(reason[variable])
         for variable in touched:
             seen[variable] = 0
+            if position[variable] < level and reason[variable] >= 0:
+                justified[variable] = 1
 
     def _into_core(self, cid: int) -> None:
         """Mark ``cid``; from now on it is watched (on the same literals) in ``core``."""
-        if self.marked[cid]:
+        if self.state[cid] & MARKED:
             return
-        self.marked[cid] = 1
+        self.state[cid] |= MARKED
         clause = self.clauses[cid]
         if len(clause) > 2:
-            self.core[clause[0]].append(cid)
-            self.core[clause[1]].append(cid)
+            self.core[clause[0]] += (clause[1], cid)
+            self.core[clause[1]] += (clause[0], cid)
 
     def _mark_literal(self, code: int) -> None:
         why = self.reason[code >> 1]
@@ -529,22 +637,23 @@ class DratChecker:
             return True
         return False
 
-    def check(self, cid: int) -> bool:
-        """Is lemma ``cid`` RUP, or RAT on its first literal, over the formula in force?"""
+    def check(self, cid: int, first: int) -> bool:
+        """Is lemma ``cid`` RUP, or RAT on ``first`` (its first literal as written: the
+        watches reorder its codes in place), over the formula in force?"""
         if self.settled():
             return True
         codes = self.clauses[cid]
-        size = len(self.trail)
+        size = self.level = len(self.trail)
         try:
             if self._refute(codes):
                 return True
             if not codes:
                 return False
-            pivot = codes[0] ^ 1  # the negated pivot
+            pivot = first ^ 1  # the negated pivot
             level = len(self.trail)  # a fixpoint: both heads are here
-            alive = self.alive
+            state = self.state
             for other, clause in enumerate(self.clauses):
-                if not alive[other] or pivot not in clause:
+                if not state[other] & ALIVE or pivot not in clause:
                     continue
                 refuted = self._refute([c for c in clause if c != pivot])
                 self._backtrack(level)
@@ -555,6 +664,10 @@ class DratChecker:
         finally:
             self._backtrack(size)
             self.core_head = self.other_head = size
+
+
+ALIVE, MARKED = 1, 2
+CORE = ALIVE | MARKED
 
 
 def _compact(formula: list[list[int]], steps: list[Step]) -> tuple[list[list[int]], list[Step]]:
@@ -572,7 +685,14 @@ def _compact(formula: list[list[int]], steps: list[Step]) -> tuple[list[list[int
 
 
 def _codes(literals: list[int]) -> list[int]:
-    return list(dict.fromkeys(2 * x if x > 0 else -2 * x + 1 for x in literals))
+    codes = [2 * x if x > 0 else 1 - 2 * x for x in literals]
+    return codes if len(set(codes)) == len(codes) else list(dict.fromkeys(codes))
+
+
+def _largest(formula: list[list[int]], steps: list[Step]) -> int:
+    """The largest variable number used."""
+    clauses = [*formula, *(c for _, c in steps)]
+    return max([max(max(c), -min(c)) for c in clauses if c], default=0)
 
 
 def check_core(
@@ -589,17 +709,18 @@ def check_core(
     if not steps:
         return "unknown", "empty proof", []
     shown_steps = steps
-    size = sum(len(c) for c in formula) + sum(len(c) for _, c in steps)
-    largest = max((abs(x) for c in [*formula, *(c for _, c in steps)] for x in c), default=0)
+    size = sum(map(len, formula)) + sum(len(c) for _, c in steps)
+    largest = _largest(formula, steps)
     if largest > 2 * size + 64:  # sparse numbering: renumber rather than allocate
         formula, steps = _compact(formula, steps)
-        largest = max((abs(x) for c in [*formula, *(c for _, c in steps)] for x in c), default=0)
+        largest = _largest(formula, steps)
     # 1. Forward: the clause copies, which one each deletion removes, and step k.
     clauses = [_codes(c) for c in formula]
     copies: dict[tuple[int, ...], list[int]] = {}
     for cid, codes in enumerate(clauses):
         copies.setdefault(tuple(sorted(codes)), []).append(cid)
     events: list[int] = []  # per step before k: the lemma's cid, or -2 - cid deleted, or -1
+    firsts: list[int] = []  # per step before k: a lemma's first literal (RAT's pivot)
     end = 0
     for number, (deletion, clause) in enumerate(steps, start=1):
         if not deletion and not clause:
@@ -610,9 +731,11 @@ def check_core(
         if deletion:
             found = copies.get(key)
             events.append(-2 - found.pop() if found else -1)  # -1: deletes nothing
+            firsts.append(-1)
             continue
         copies.setdefault(key, []).append(len(clauses))
         events.append(len(clauses))
+        firsts.append(codes[0])
         clauses.append(codes)
     if not end:
         return "unknown", "the proof never adds the empty clause", []
@@ -634,13 +757,13 @@ def check_core(
             continue
         lemmas += 1
         checker.detach(event)
-        if not checker.marked[event]:
+        if not checker.state[event] & MARKED:
             continue
         checked += 1
-        if not checker.check(event):
+        if not checker.check(event, firsts[index]):
             shown = " ".join([*map(str, shown_steps[index][1]), "0"])
             return "rejected", f"step {index + 1}: lemma '{shown}' is neither RUP nor RAT", []
-    marked = checker.marked
+    marked = [state & MARKED for state in checker.state]
     core = [
         index + 1
         for index, event in enumerate(events)
@@ -661,12 +784,19 @@ def check_drat(variables: int, formula: list[list[int]], steps: list[Step]) -> t
 
 def check_files(formula: bytes, proof: bytes) -> tuple[str, str]:
     """The verdict for a DIMACS formula and a DRAT proof, as bytes."""
+    # Millions of lists that live until the verdict and hold no cycles: the
+    # cyclic collector would only walk them again and again.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         variables, clauses = parse_dimacs(formula)
         steps = parse_proof(proof)
+        return check_drat(variables, clauses, steps)
     except Refused as refused:
         return "unknown", str(refused)
-    return check_drat(variables, clauses, steps)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def main() -> int:
