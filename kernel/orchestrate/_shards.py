@@ -68,12 +68,10 @@ from kernel.bundles import (
 from kernel.orchestrate._executors import (
     ExecutorKind,
     ExecutorSpec,
-    _close_cluster,
-    _local_cluster,
-    _local_worker_config,
     _probe_scheduler,
     _unreachable,
     check_executor_spec,
+    local_client,
 )
 from kernel.orchestrate.errors import ExecutorSetupError, OrchestrateError
 from kernel.organs import builtin_manifest
@@ -538,17 +536,7 @@ def _dask_client(spec: ExecutorSpec) -> Iterator[Any]:
     with contextlib.ExitStack() as stack:
         if spec.scheduler is None:
             assert spec.workers is not None
-            try:
-                with _local_worker_config():
-                    cluster = _local_cluster(spec.workers)
-            except Exception as exc:
-                raise ExecutorSetupError(
-                    "cluster_start_failed", f"{type(exc).__name__}: {exc}"
-                ) from exc
-            stack.callback(_close_cluster, cluster)
-            client = stack.enter_context(
-                Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]
-            )
+            client = stack.enter_context(local_client(spec.workers))
         else:
             _probe_scheduler(spec.scheduler, spec.connect_seconds)
             try:
