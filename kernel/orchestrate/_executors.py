@@ -428,6 +428,7 @@ def _close_cluster(local: _LocalCluster, client: Any, seconds: float) -> None:
     the run and none is started once the event loop has stopped.
     """
     with _second_interrupts_ignored():
+        _loop_errors_dropped(local.cluster)
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close(timeout=seconds)
@@ -439,6 +440,24 @@ def _close_cluster(local: _LocalCluster, client: Any, seconds: float) -> None:
             from distributed.deploy.spec import SpecCluster
 
             SpecCluster._instances.discard(local.cluster)
+
+
+def _drop(loop: object, context: dict[str, Any]) -> None:
+    """An asyncio exception handler that reports nothing."""
+
+
+def _loop_errors_dropped(cluster: Any) -> None:
+    """From now on, errors on the cluster's event loop are not printed (asyncio logs them).
+
+    That loop runs this process's scheduler and nannies. Once the close has
+    begun, a request they were serving fails because its worker is gone (an
+    interrupted ``scatter``: ``KeyError`` on the worker's address), and
+    asyncio printed it as "Task exception was never retrieved": about a
+    cluster the run has finished with, never about an outcome.
+    """
+    with contextlib.suppress(Exception):  # a loop already closed reports nothing anyway
+        loop = cluster.loop.asyncio_loop
+        loop.call_soon_threadsafe(loop.set_exception_handler, _drop)
 
 
 @contextlib.contextmanager
