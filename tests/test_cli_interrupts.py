@@ -168,6 +168,47 @@ def test_an_interrupted_parallel_run_always_ends_quietly_and_resumes_exactly(
     assert len(seen) == TRIES
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0.2, 0.8])
+def test_a_signal_after_the_output_is_written_keeps_the_runs_verdict(
+    tmp_path: Path, scenario: tuple[Path, bytes], after: float
+) -> None:
+    """SIGTERM while the Dask cluster closes, the ``-o`` file complete: exit 0, promptly.
+
+    It cut the cluster's close short: Dask's exit-time close then waited
+    10 s, and the command said "the output is incomplete" about a complete
+    file (exit 143 after 10.6 s; issue 20).
+    """
+    bundle, reference = scenario
+    out = tmp_path / "out.jsonl"
+    before = census()
+    process = subprocess.Popen(
+        [sys.executable, "-c", KERNEL_MAIN, "run", str(bundle), "--work-dir",
+         str(tmp_path / "work"), "-q", "-o", str(out), *EXECUTORS["dask"]],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not out.exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        time.sleep(after)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            kill_all([process.pid])
+        left = new_processes(before, str(tmp_path))
+        kill_all(left)
+    assert not left
+    assert (process.returncode, stderr) == (0, b""), (took, stderr[-2000:])
+    assert took < BOUND
+    assert out.read_bytes() == reference
+
+
 # --- kernel replay on workers (sharded, ADR 0020) ---------------------------------------
 
 REPLAY_ATTEMPTS = 2000  # about 10 s of shards on a local Dask cluster of 2 (load 3)
