@@ -133,10 +133,11 @@ def _try_once(tmp_path: Path, bundle: Path, reference: bytes, executor: str, att
         if process.poll() is None:
             kill_all([process.pid])
         left = new_processes(before, str(here))
+        named = {pid: cmdline(pid)[:200] for pid in left}  # for the message
         kill_all(left)
     what = (f"{executor} try {attempt}: {signum.name} after {delay}s -> exit "
             f"{process.returncode} in {took:.1f}s; stderr {stderr[-2000:]!r}")
-    assert not left, f"processes left behind {left}: {what}"
+    assert not left, f"processes left behind {named}: {what}"
     text = stderr.decode(errors="replace")
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, what
     if process.returncode == 0:  # over before the signal: the run's own verdict
@@ -281,10 +282,11 @@ def _try_replay(tmp_path: Path, bundle: Path, reference: bytes, executor: str, a
         if process.poll() is None:
             kill_all([process.pid])
         left = new_processes(before, str(here))
+        named = {pid: cmdline(pid)[:200] for pid in left}  # for the message
         kill_all(left)
     what = (f"replay {executor} try {attempt}: {signum.name} after {delay}s -> exit "
             f"{process.returncode} in {took:.1f}s; stderr {stderr[-2000:]!r}")
-    assert not left, f"processes left behind {left}: {what}"
+    assert not left, f"processes left behind {named}: {what}"
     text = stderr.decode(errors="replace")
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, what
     if process.returncode == 0:  # over before the signal: the replay's own verdict

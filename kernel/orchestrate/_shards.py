@@ -411,6 +411,7 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     """
     processes: object = getattr(pool, "_processes", None)
     workers = list(processes.values()) if isinstance(processes, dict) else []
+    manager: object = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in workers:
         _signal(process, signal.SIGTERM)
@@ -426,6 +427,11 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
             join = getattr(process, "join", None)
             if callable(join):
                 join(STOP_SECONDS)
+    if isinstance(manager, threading.Thread):
+        # It closes the pool's wake-up pipe once the workers are gone; left
+        # running, it raced the interpreter's exit hook writing to that pipe
+        # ("Exception ignored ... OSError: Bad file descriptor"; issue 20).
+        manager.join(STOP_SECONDS)
 
 
 @contextlib.contextmanager
