@@ -301,7 +301,11 @@ def _process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
         _stop_pool(pool, others)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # a no-op after _stop_pool
+        # A no-op after _stop_pool. After a normal run the output is written: a
+        # signal now must not cut the join short (it was reported as an
+        # interrupted run whose output is incomplete, beside the complete file).
+        with _second_interrupts_ignored():
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _unreachable(address: str, exc: Exception) -> ExecutorSetupError:

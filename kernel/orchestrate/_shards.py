@@ -69,6 +69,7 @@ from kernel.orchestrate._executors import (
     ExecutorKind,
     ExecutorSpec,
     _probe_scheduler,
+    _second_interrupts_ignored,
     _unreachable,
     check_executor_spec,
     local_client,
@@ -398,7 +399,8 @@ class _ProcessShards(ShardRunner):
             if failed:
                 stop_pool(self._pool)
             else:
-                self._pool.shutdown(wait=True)
+                with _second_interrupts_ignored():  # every shard is in: not cut short
+                    self._pool.shutdown(wait=True)
         finally:
             self._remove()
 
