@@ -308,7 +308,10 @@ def main() -> None:
         name, code = _signals.interruption(exc)
         print(f"error: interrupted: {name}; nothing was done", file=sys.stderr)
         sys.exit(code)
-    command.main(prog_name="kernel")
+    try:
+        command.main(prog_name="kernel")
+    finally:
+        _signals.ignore_from_now()
 
 
 if __name__ == "__main__":

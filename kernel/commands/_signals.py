@@ -76,6 +76,20 @@ def terminate_as_interrupt() -> None:
             signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
 
 
+def ignore_from_now() -> None:
+    """The command is over (output complete, exit code decided): late SIGINT/SIGTERM ignored.
+
+    The interpreter's exit gives every signal with a Python handler its
+    default action back; a SIGTERM in those last milliseconds killed a run
+    that had finished and written its output (status -15, no message;
+    issue 20). Ignored, the exit status stays the command's own. Main
+    thread only; elsewhere a no-op.
+    """
+    with contextlib.suppress(ValueError):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:
     """The signal's name and the exit code it gives."""
     if isinstance(exc, Terminated):

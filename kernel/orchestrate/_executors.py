@@ -28,11 +28,16 @@ Theory of operation (ARCHITECTURE.md "Scale"; ADR-0006; ADR-0008):
   ``distributed.LocalCluster`` of ``workers`` single-threaded worker
   processes started here on loopback, without a dashboard or the workers'
   statistical profiler (it only feeds the dashboard and costs CPU on a
-  loaded machine), and closed with
-  a short grace period (its nannies then terminate the workers); the
+  loaded machine); the
   executor is ``client.get_executor(pure=False)`` (``pure=False``: every
   attempt runs, none is answered from a cache of earlier identical tasks).
   ``dask``/``distributed`` are imported only here, only for this choice.
+- A local cluster starts whole and closes in order (``local_client``, also
+  for sharded replay): a SIGINT or SIGTERM during its start is held until
+  the start is over; the close, with both ignored and each step bounded,
+  closes the client, then every nanny (so none restarts a worker), then the
+  scheduler and its event loop, then kills any worker still alive, sparing
+  multiprocessing's resource tracker (issue 20, ADR-0008 "Interrupts").
 - What runs where never changes an outcome: the executor carries only
   evidence gathering; the verdict is computed in the caller (ADR-0008).
 - Failures to set an executor up are ``ExecutorSetupError`` with a stable
@@ -72,12 +77,12 @@ MAX_WORKERS: Final = 1024
 _DEFAULT_CONNECT_SECONDS: Final = 10.0
 _STOP_SECONDS: Final = 4.0  # after an interrupt: SIGTERM, then this long, then SIGKILL
 _KILL_SECONDS: Final = 2.0  # then this long for the killed to be gone (SIGKILL is not ignored)
-# A local Dask cluster's close: each nanny asks its worker to stop, waits 4 s,
-# then kills it; past this bound the workers are killed here.
-_CLOSE_SECONDS: Final = 20.0
-# After an interrupt the close is cut shorter: the run is over and its
-# workers must be gone within the command's bound (issue 20: 10 s).
-_INTERRUPTED_CLOSE_SECONDS: Final = 5.0
+# A local Dask cluster's close, per step (client, nannies, scheduler): each
+# nanny asks its worker to stop, waits 0.8 of this, then kills it.
+_CLOSE_SECONDS: Final = 5.0
+# After an interrupt or an error the close is cut shorter: the run is over and
+# its workers must be gone within the command's bound (issue 20: 10 s).
+_INTERRUPTED_CLOSE_SECONDS: Final = 2.0
 
 
 class ExecutorKind(enum.Enum):
@@ -296,7 +301,11 @@ def _process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
         _stop_pool(pool, others)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # a no-op after _stop_pool
+        # A no-op after _stop_pool. After a normal run the output is written: a
+        # signal now must not cut the join short (it was reported as an
+        # interrupted run whose output is incomplete, beside the complete file).
+        with _second_interrupts_ignored():
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _unreachable(address: str, exc: Exception) -> ExecutorSetupError:
@@ -328,26 +337,6 @@ def _probe_scheduler(address: str, seconds: float) -> None:
         raise _unreachable(address, exc) from exc
 
 
-def _close_cluster(cluster: Any, seconds: float = _CLOSE_SECONDS) -> None:
-    """Close a local cluster; never raise over the run's own result or exception.
-
-    Whatever worker process is still alive afterwards (a close that timed
-    out, or was cut short) is killed and waited for, so none outlives the run.
-    """
-    nannies = dict(cluster.workers).values()
-    pids = [pid for pid in (getattr(n, "pid", None) for n in nannies) if isinstance(pid, int)]
-    # A close that times out must not hide the outcome or the interrupt.
-    with contextlib.suppress(Exception):
-        cluster.close(timeout=seconds)
-    for pid in _alive_children(pids):
-        _kill(pid, signal.SIGKILL)
-    _wait_gone(pids, _KILL_SECONDS)
-    with contextlib.suppress(Exception):  # closed or not, Dask's exit-time close must skip it
-        from distributed.deploy.spec import SpecCluster
-
-        SpecCluster._instances.discard(cluster)
-
-
 def _is_child(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()  # Linux; elsewhere nothing is killed
@@ -355,6 +344,145 @@ def _is_child(pid: int) -> bool:
         return False
     fields = stat[stat.rindex(b")") + 2 :].split()
     return fields[0] not in (b"Z", b"X") and int(fields[1]) == os.getpid()
+
+
+def _live_children() -> list[int]:
+    """The live child processes of this process (Linux ``/proc``; elsewhere none)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    return [int(name) for name in entries if name.isdigit() and _is_child(int(name))]
+
+
+def _spawned_workers(before: frozenset[int]) -> list[int]:
+    """The live children started since ``before`` by ``multiprocessing``'s spawn: Dask's workers.
+
+    Never multiprocessing's resource tracker (another child, started on the
+    first semaphore): killed, it is relaunched without its table, and every
+    semaphore released after that is a ``KeyError`` traceback of the new one.
+    """
+    found = []
+    for pid in _live_children():
+        if pid in before:
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"multiprocessing.spawn" in argv:
+            found.append(pid)
+    return found
+
+
+def _sweep_workers(before: frozenset[int]) -> None:
+    """SIGKILL every Dask worker process still alive, until none is left (bounded); reaped."""
+    deadline = time.monotonic() + _KILL_SECONDS
+    while (alive := _spawned_workers(before)) and time.monotonic() < deadline:
+        for pid in alive:
+            _kill(pid, signal.SIGKILL)
+        _wait_gone(alive, max(0.0, deadline - time.monotonic()))
+
+
+@final
+class _LocalCluster:
+    """A local cluster started by ``_start_local_cluster``, with what its close needs."""
+
+    def __init__(self, cluster: Any, before: frozenset[int]) -> None:
+        self.cluster = cluster
+        self.before = before  # the children this process had before: never the cluster's
+
+
+def _close_nannies(cluster: Any, seconds: float) -> None:
+    """On the cluster's event loop: every nanny closed, and so its worker stopped, first.
+
+    A nanny restarts its worker whenever the worker's process exits while
+    the nanny is running, from the cluster's event loop thread in this
+    process. Closed first (its status is ``closing`` from the close's first
+    step), it never restarts one; its worker is asked to stop, killed after
+    ``0.8 * seconds`` and joined while the worker's queues still exist. A
+    worker killed under a running nanny was restarted during the command's
+    exit: the new one, spawned with the real stderr, found the semaphores of
+    its queues already unlinked by the exit (``FileNotFoundError``
+    tracebacks, "leaked semaphore" warnings; issue 20).
+    """
+    import asyncio
+
+    from distributed.utils import sync
+
+    nannies = list(dict(cluster.workers).values())
+
+    async def close_all() -> None:
+        await asyncio.gather(*(n.close(timeout=seconds) for n in nannies),
+                             return_exceptions=True)
+
+    with contextlib.suppress(Exception):  # bounded; the sweep after it ends whatever is left
+        sync(cluster.loop, close_all, callback_timeout=2 * seconds + 1)
+
+
+def _close_cluster(local: _LocalCluster, client: Any, seconds: float) -> None:
+    """Close a local cluster in order; never raise over the run's own result or exception.
+
+    SIGINT and SIGTERM are ignored meanwhile (the close is bounded; SIGKILL
+    still works): an interrupt that cut the close short left nannies able to
+    restart workers and Dask's exit-time close waiting 10 s (issue 20). The
+    order: the client (its futures cancelled), the nannies and their workers
+    (``_close_nannies``), the scheduler and the event loop (``close``), then
+    any worker process still alive is killed and reaped, so none outlives
+    the run and none is started once the event loop has stopped.
+    """
+    with _second_interrupts_ignored():
+        _loop_errors_dropped(local.cluster)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close(timeout=seconds)
+        _close_nannies(local.cluster, seconds)
+        with contextlib.suppress(Exception):  # a close that times out must not hide the outcome
+            local.cluster.close(timeout=seconds)
+        _sweep_workers(local.before)
+        with contextlib.suppress(Exception):  # closed or not, Dask's exit-time close must skip it
+            from distributed.deploy.spec import SpecCluster
+
+            SpecCluster._instances.discard(local.cluster)
+
+
+def _drop(loop: object, context: dict[str, Any]) -> None:
+    """An asyncio exception handler that reports nothing."""
+
+
+def _loop_errors_dropped(cluster: Any) -> None:
+    """From now on, errors on the cluster's event loop are not printed (asyncio logs them).
+
+    That loop runs this process's scheduler and nannies. Once the close has
+    begun, a request they were serving fails because its worker is gone (an
+    interrupted ``scatter``: ``KeyError`` on the worker's address), and
+    asyncio printed it as "Task exception was never retrieved": about a
+    cluster the run has finished with, never about an outcome.
+    """
+    with contextlib.suppress(Exception):  # a loop already closed reports nothing anyway
+        loop = cluster.loop.asyncio_loop
+        loop.call_soon_threadsafe(loop.set_exception_handler, _drop)
+
+
+@contextlib.contextmanager
+def local_client(workers: int) -> Iterator[Any]:
+    """A ``distributed.Client`` of a local cluster of ``workers`` started here; closed in order.
+
+    Raises ``ExecutorSetupError`` (``cluster_start_failed``) when the cluster
+    cannot start. On the way out, normal or not, ``_close_cluster``: promptly
+    (``_INTERRUPTED_CLOSE_SECONDS`` per step) after an error or an interrupt.
+    """
+    from distributed import Client
+
+    local = _start_local_cluster(workers)
+    client = None
+    try:
+        client = Client(local.cluster, set_as_default=False)  # type: ignore[no-untyped-call]
+        yield client
+    except BaseException:
+        _close_cluster(local, client, _INTERRUPTED_CLOSE_SECONDS)
+        raise
+    _close_cluster(local, client, _CLOSE_SECONDS)
 
 
 @contextlib.contextmanager
@@ -369,11 +497,7 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
     with contextlib.ExitStack() as stack:
         if spec.scheduler is None:
             assert spec.workers is not None
-            cluster = _start_local_cluster(spec.workers)
-            stack.enter_context(_ClusterCloser(cluster))
-            client = stack.enter_context(
-                Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]
-            )
+            client = stack.enter_context(local_client(spec.workers))
         else:
             _probe_scheduler(spec.scheduler, spec.connect_seconds)
             try:
@@ -391,74 +515,76 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
             with _second_interrupts_ignored():
                 executor.shutdown(wait=False)  # cancels what has not finished
             raise
-        executor.shutdown(wait=True)
+        # The run is over and its output written: a signal now must not cut the close short.
+        with _second_interrupts_ignored():
+            executor.shutdown(wait=True)
 
 
-def _start_local_cluster(workers: int) -> Any:
+def _start_local_cluster(workers: int) -> _LocalCluster:
     """A started local cluster; ``ExecutorSetupError`` if it fails to start.
 
-    Its worker processes ignore SIGINT once started (``dask_setup``) and
-    print nothing while they start (``_children_stderr_silenced``); SIGINT
-    is blocked here meanwhile, so a Ctrl-C is taken when the start is over.
-    Interrupted while it starts (SIGTERM, or the Ctrl-C delivered
-    when the block ends), the cluster is closed promptly, or, half-built,
-    dropped from Dask's exit-time close (which would print a traceback over
-    it) and its worker processes killed.
+    Its worker processes start with SIGINT blocked (inherited from the
+    thread that starts them, as a terminal's Ctrl-C reaches the whole
+    group), ignore it from ``dask_setup`` on, and have /dev/null as stderr
+    (``_children_stderr_silenced``). SIGINT and SIGTERM that arrive while
+    it starts are held (``_interrupts_held``) and acted on once the start is
+    over, on a whole cluster closed in order: a start cut short left
+    nannies spawning workers in the event loop thread that nothing could
+    close any more, and the sweep of its children killed multiprocessing's
+    resource tracker (``KeyError`` tracebacks at the exit; issue 20).
     """
-    before = set(_live_children())
-    cluster: Any = None
+    from multiprocessing import resource_tracker
+
+    # Started here, before SIGINT is blocked: the tracker's start unblocks
+    # SIGINT in the thread that starts it (the cluster's event loop, at the
+    # first worker's queues), and every worker spawned from there on then
+    # died of a terminal's Ctrl-C while it started (``cluster_start_failed``).
+    resource_tracker.ensure_running()
+    before = frozenset(_live_children())
+    held: list[int] = []
+    with _interrupts_held(held):
+        try:
+            with _local_worker_config(), _sigint_blocked(), _children_stderr_silenced():
+                cluster = _local_cluster(workers)
+        except Exception as exc:
+            # LocalCluster closed itself; no half-built cluster at exit, no worker left.
+            with contextlib.suppress(Exception):
+                from distributed.deploy.spec import SpecCluster
+
+                SpecCluster._instances.clear()  # the kernel starts one cluster per run
+            _sweep_workers(before)
+            raise ExecutorSetupError(
+                "cluster_start_failed", f"{type(exc).__name__}: {exc}"
+            ) from exc
+    local = _LocalCluster(cluster, before)
     try:
-        with _local_worker_config(), _sigint_blocked(), _children_stderr_silenced():
-            cluster = _local_cluster(workers)
-    except Exception as exc:
-        _abandon_cluster_start(before)
-        raise ExecutorSetupError("cluster_start_failed", f"{type(exc).__name__}: {exc}") from exc
+        for signum in held:  # acted on now, by the handler the caller had installed
+            signal.raise_signal(signum)
     except BaseException:
-        with _second_interrupts_ignored():
-            if cluster is not None:
-                _close_cluster(cluster, _INTERRUPTED_CLOSE_SECONDS)
-            else:
-                _abandon_cluster_start(before)
+        _close_cluster(local, None, _INTERRUPTED_CLOSE_SECONDS)
         raise
-    return cluster
+    return local
 
 
-def _abandon_cluster_start(before: set[int]) -> None:
-    """After a failed or interrupted start: no half-built cluster closed at exit, no worker left."""
-    with contextlib.suppress(Exception):
-        from distributed.deploy.spec import SpecCluster
+@contextlib.contextmanager
+def _interrupts_held(held: list[int]) -> Iterator[None]:
+    """SIGINT and SIGTERM recorded in ``held`` meanwhile, not acted on (main thread only)."""
+    previous: list[tuple[signal.Signals, Any]] = []
 
-        SpecCluster._instances.clear()  # the kernel starts one cluster per run: this one
-    started = [pid for pid in _live_children() if pid not in before]
-    for pid in started:
-        _kill(pid, signal.SIGKILL)
-    _wait_gone(started, _KILL_SECONDS)
+    def hold(signum: int, frame: object) -> None:
+        if signum not in held:
+            held.append(signum)
 
-
-def _live_children() -> list[int]:
-    """The live child processes of this process (Linux ``/proc``; elsewhere none)."""
     try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    return [int(name) for name in entries if name.isdigit() and _is_child(int(name))]
-
-
-class _ClusterCloser:
-    """Closes a local cluster on the way out: promptly after an error or an interrupt."""
-
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
-
-    def __enter__(self) -> _ClusterCloser:
-        return self
-
-    def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        if kind is None:
-            _close_cluster(self.cluster)
-            return
-        with _second_interrupts_ignored():
-            _close_cluster(self.cluster, _INTERRUPTED_CLOSE_SECONDS)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous.append((signum, signal.signal(signum, hold)))
+    except ValueError:  # not the main thread: no signal is delivered to it anyway
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous:
+            signal.signal(signum, handler)
 
 
 def _local_worker_config() -> contextlib.AbstractContextManager[object]:

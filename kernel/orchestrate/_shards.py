@@ -72,12 +72,11 @@ from kernel.bundles import (
 from kernel.orchestrate._executors import (
     ExecutorKind,
     ExecutorSpec,
-    _close_cluster,
-    _local_cluster,
-    _local_worker_config,
     _probe_scheduler,
+    _second_interrupts_ignored,
     _unreachable,
     check_executor_spec,
+    local_client,
 )
 from kernel.orchestrate.errors import ExecutorSetupError, OrchestrateError
 from kernel.organs import builtin_manifest, certified_manifest
@@ -465,7 +464,8 @@ class _ProcessShards(ShardRunner):
             if failed:
                 stop_pool(self._pool)
             else:
-                self._pool.shutdown(wait=True)
+                with _second_interrupts_ignored():  # every shard is in: not cut short
+                    self._pool.shutdown(wait=True)
         finally:
             self._remove()
 
@@ -478,6 +478,7 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     """
     processes: object = getattr(pool, "_processes", None)
     workers = list(processes.values()) if isinstance(processes, dict) else []
+    manager: object = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in workers:
         _signal(process, signal.SIGTERM)
@@ -493,6 +494,11 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
             join = getattr(process, "join", None)
             if callable(join):
                 join(STOP_SECONDS)
+    if isinstance(manager, threading.Thread):
+        # It closes the pool's wake-up pipe once the workers are gone; left
+        # running, it raced the interpreter's exit hook writing to that pipe
+        # ("Exception ignored ... OSError: Bad file descriptor"; issue 20).
+        manager.join(STOP_SECONDS)
 
 
 @contextlib.contextmanager
@@ -638,17 +644,7 @@ def _dask_client(spec: ExecutorSpec) -> Iterator[Any]:
     with contextlib.ExitStack() as stack:
         if spec.scheduler is None:
             assert spec.workers is not None
-            try:
-                with _local_worker_config():
-                    cluster = _local_cluster(spec.workers)
-            except Exception as exc:
-                raise ExecutorSetupError(
-                    "cluster_start_failed", f"{type(exc).__name__}: {exc}"
-                ) from exc
-            stack.callback(_close_cluster, cluster)
-            client = stack.enter_context(
-                Client(cluster, set_as_default=False)  # type: ignore[no-untyped-call]
-            )
+            client = stack.enter_context(local_client(spec.workers))
         else:
             _probe_scheduler(spec.scheduler, spec.connect_seconds)
             try:
