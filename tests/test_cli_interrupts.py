@@ -35,8 +35,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import pytest
 from typer.testing import CliRunner
 
@@ -99,24 +101,36 @@ def _wait_for_a_certification(process: subprocess.Popen[bytes], work: Path) -> N
         time.sleep(0.02)
 
 
-def _try_once(tmp_path: Path, bundle: Path, reference: bytes, executor: str, attempt: int,
-              ) -> str:
-    """One run, signalled once; returns what happened (for the message of a failure)."""
-    here = tmp_path / f"try{attempt}"
-    here.mkdir()
-    work, out = here / "work", here / "out.jsonl"
+@attrs.frozen
+class _Signalled:
+    """What one signalled command did: exit status, stderr, and the seconds it took."""
+
+    returncode: int | None
+    text: str
+    what: str
+
+
+def _signal_once(
+    argv: list[str], here: Path, attempt: int, label: str,
+    wait: Callable[[subprocess.Popen[bytes]], None],
+) -> _Signalled:
+    """Start ``kernel ARGV`` in ``here``, signal it once at this attempt's moment, and check
+    what every try must show: it ends within the bound, no process of it is left, and it
+    prints no traceback. SIGINT to the whole group (Ctrl-C at a terminal) on even attempts,
+    SIGTERM to the command on odd ones; a negative delay is counted from ``wait``."""
     before = census()
-    terminal = attempt % 2 == 0  # Ctrl-C at a terminal: SIGINT to the whole group
+    terminal = attempt % 2 == 0
     signum = signal.SIGINT if terminal else signal.SIGTERM
     delay = DELAYS[attempt % len(DELAYS)]
     process = subprocess.Popen(
-        [sys.executable, "-c", KERNEL_MAIN, "run", str(bundle), "--work-dir", str(work),
-         "-q", "-o", str(out), *EXECUTORS[executor]],
+        [sys.executable, "-c", KERNEL_MAIN, *argv],
         cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
+    took = float("nan")
+    stderr = b""
     try:
         if delay < 0:
-            _wait_for_a_certification(process, work)
+            wait(process)
         time.sleep(abs(delay))
         sent = time.monotonic()
         if terminal:
@@ -126,7 +140,7 @@ def _try_once(tmp_path: Path, bundle: Path, reference: bytes, executor: str, att
         try:
             _, stderr = process.communicate(timeout=BOUND)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"{executor} try {attempt} ({signum.name} after {delay}s) "
+            raise AssertionError(f"{label} try {attempt} ({signum.name} after {delay}s) "
                                  f"did not exit within {BOUND}s") from None
         took = time.monotonic() - sent
     finally:
@@ -135,17 +149,31 @@ def _try_once(tmp_path: Path, bundle: Path, reference: bytes, executor: str, att
         left = new_processes(before, str(here))
         named = {pid: cmdline(pid)[:200] for pid in left}  # for the message
         kill_all(left)
-    what = (f"{executor} try {attempt}: {signum.name} after {delay}s -> exit "
+    what = (f"{label} try {attempt}: {signum.name} after {delay}s -> exit "
             f"{process.returncode} in {took:.1f}s; stderr {stderr[-2000:]!r}")
     assert not left, f"processes left behind {named}: {what}"
     text = stderr.decode(errors="replace")
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, what
-    if process.returncode == 0:  # over before the signal: the run's own verdict
+    if process.returncode != 0:
+        assert process.returncode == (130 if signum is signal.SIGINT else 143), what
+        assert text.startswith("error: interrupted: "), what
+        assert text.count("\n") == 1, what  # one line, nothing from any worker
+    return _Signalled(process.returncode, text, what)
+
+
+def _try_once(tmp_path: Path, bundle: Path, reference: bytes, executor: str, attempt: int,
+              ) -> str:
+    """One run, signalled once; returns what happened (for the message of a failure)."""
+    here = tmp_path / f"try{attempt}"
+    here.mkdir()
+    work, out = here / "work", here / "out.jsonl"
+    done = _signal_once(
+        ["run", str(bundle), "--work-dir", str(work), "-q", "-o", str(out), *EXECUTORS[executor]],
+        here, attempt, executor, lambda process: _wait_for_a_certification(process, work))
+    what = done.what
+    if done.returncode == 0:  # over before the signal: the run's own verdict
         assert out.read_bytes() == reference, what
         return what
-    assert process.returncode == (130 if signum is signal.SIGINT else 143), what
-    assert text.startswith("error: interrupted: "), what
-    assert text.count("\n") == 1, what  # one line, nothing from any worker
     assert not out.exists(), what  # the unfinished output is removed
     again = here / "again.jsonl"
     if (work / "run-state.json").exists():
@@ -253,48 +281,13 @@ def _try_replay(tmp_path: Path, bundle: Path, reference: bytes, executor: str, a
     here = tmp_path / f"replay{attempt}"
     here.mkdir()
     out = here / "out.jsonl"
-    before = census()
-    terminal = attempt % 2 == 0
-    signum = signal.SIGINT if terminal else signal.SIGTERM
-    delay = DELAYS[attempt % len(DELAYS)]
-    process = subprocess.Popen(
-        [sys.executable, "-c", KERNEL_MAIN, "replay", str(bundle), "-q", "-o", str(out),
-         *REPLAY_EXECUTORS[executor]],
-        cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )
-    took = float("nan")
-    try:
-        if delay < 0:  # counted from the moment the workers run
-            _wait_for_workers(process)
-        time.sleep(abs(delay))
-        sent = time.monotonic()
-        if terminal:
-            os.killpg(process.pid, signum)
-        else:
-            process.send_signal(signum)
-        try:
-            _, stderr = process.communicate(timeout=BOUND)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"replay {executor} try {attempt} ({signum.name} after "
-                                 f"{delay}s) did not exit within {BOUND}s") from None
-        took = time.monotonic() - sent
-    finally:
-        if process.poll() is None:
-            kill_all([process.pid])
-        left = new_processes(before, str(here))
-        named = {pid: cmdline(pid)[:200] for pid in left}  # for the message
-        kill_all(left)
-    what = (f"replay {executor} try {attempt}: {signum.name} after {delay}s -> exit "
-            f"{process.returncode} in {took:.1f}s; stderr {stderr[-2000:]!r}")
-    assert not left, f"processes left behind {named}: {what}"
-    text = stderr.decode(errors="replace")
-    assert "Traceback" not in text and "KeyboardInterrupt" not in text, what
-    if process.returncode == 0:  # over before the signal: the replay's own verdict
+    done = _signal_once(
+        ["replay", str(bundle), "-q", "-o", str(out), *REPLAY_EXECUTORS[executor]],
+        here, attempt, f"replay {executor}", _wait_for_workers)
+    what = done.what
+    if done.returncode == 0:  # over before the signal: the replay's own verdict
         assert out.read_bytes() == reference, what
         return what
-    assert process.returncode == (130 if signum is signal.SIGINT else 143), what
-    assert text.startswith("error: interrupted: "), what
-    assert text.count("\n") == 1, what
     assert sorted(p.name for p in here.iterdir()) == [], what  # no output, no temporary
     return what
 
