@@ -11,13 +11,11 @@ Nothing here measures speed (``make bench`` does).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,12 @@ import pytest
 
 from kernel.bundles import BundleStreamReader
 from tests.support.cli import KERNEL_MAIN
-from tests.support.processes import assert_no_new_descendants, cmdline, descendants
+from tests.support.processes import (
+    assert_no_new_descendants,
+    cmdline,
+    communicate_while_killing,
+    descendants,
+)
 from tests.test_orchestrate_cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,22 +226,7 @@ def test_workers_that_keep_dying_fail_closed_with_worker_lost(
     out = tmp_path / "outcomes.jsonl"
     process = _start(["replay", bundles[1000], "-o", out, "--workers", "2",
                       "--shard-size", "5"])
-    stop = threading.Event()
-
-    def keep_killing() -> None:
-        while not stop.is_set():
-            for worker in _pool_workers(process.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker, signal.SIGKILL)
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=keep_killing, daemon=True)
-    killer.start()
-    try:
-        _, stderr = process.communicate(timeout=300)
-    finally:
-        stop.set()
-        killer.join()
+    stderr = communicate_while_killing(process, lambda: _pool_workers(process.pid))
     assert process.returncode == 2, stderr
     assert stderr.startswith(b"error: worker_lost: a worker process died 4 times"), stderr
     assert b"no outcome file written" in stderr

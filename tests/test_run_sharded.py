@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +29,12 @@ import kernel.replay._facts as facts_module
 import kernel.replay._machine as machine
 from kernel.cli import app
 from tests.support.cli import KERNEL_MAIN
-from tests.support.processes import assert_no_new_descendants, cmdline, descendants
+from tests.support.processes import (
+    assert_no_new_descendants,
+    cmdline,
+    communicate_while_killing,
+    descendants,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E = ROOT / "examples" / "e2e" / "bundle.json"  # refused, contract-refused, certified, tampered
@@ -247,22 +251,7 @@ def test_shard_workers_that_keep_dying_fail_closed_with_worker_lost(
         [sys.executable, "-c", KERNEL_MAIN, "run", str(stream), "--work-dir", str(work), "-q",
          "-o", str(out), "--executor", "process", "--workers", "2", "--shard-size", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stop = threading.Event()
-
-    def keep_killing() -> None:
-        while not stop.is_set():
-            for worker in _spawned(process.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker, signal.SIGKILL)
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=keep_killing, daemon=True)
-    killer.start()
-    try:
-        _, stderr = process.communicate(timeout=300)
-    finally:
-        stop.set()
-        killer.join()
+    stderr = communicate_while_killing(process, lambda: _spawned(process.pid))
     assert process.returncode == 2, stderr
     assert stderr.startswith(b"error: worker_lost: a worker process died 4 times"), stderr
     assert b"continue with --resume --work-dir" in stderr

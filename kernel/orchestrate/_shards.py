@@ -578,14 +578,22 @@ def dask_shards(
     """
     spec = ExecutorSpec(ExecutorKind.DASK, workers, scheduler, connect_seconds)
     check_executor_spec(spec)
-    with _dask_client(spec) as client:
-        count = workers or max(1, len(client.scheduler_info().get("workers", {})))
-        runner = _DaskShards(client, shared, count, in_flight)
-        try:
-            yield runner
-        except BaseException:
-            runner.cancel()
-            raise
+    with _dask_client(spec) as client, _dask_runner(client, shared, workers, in_flight) as runner:
+        yield runner
+
+
+@contextlib.contextmanager
+def _dask_runner(
+    client: Any, shared: SharedRun, workers: int | None, in_flight: int | None
+) -> Iterator[ShardRunner]:
+    """Shards on ``client``'s cluster (``workers``, else as many as it has); cancelled on error."""
+    count = workers or max(1, len(client.scheduler_info().get("workers", {})))
+    runner = _DaskShards(client, shared, count, in_flight)
+    try:
+        yield runner
+    except BaseException:
+        runner.cancel()
+        raise
 
 
 @contextlib.contextmanager
@@ -612,13 +620,8 @@ def shards_beside(
             if client is None:
                 raise ExecutorSetupError("executor_unavailable",
                                          "the Dask executor holds no client to shard on")
-            count = spec.workers or max(1, len(client.scheduler_info().get("workers", {})))
-            runner = _DaskShards(client, shared, count, in_flight)
-            try:
+            with _dask_runner(client, shared, spec.workers, in_flight) as runner:
                 yield runner
-            except BaseException:
-                runner.cancel()
-                raise
         case ExecutorKind.INLINE:
             raise AssertionError("inline is not sharded")
         case _:

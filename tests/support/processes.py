@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Set
 from pathlib import Path
@@ -222,3 +224,27 @@ def new_processes(before: set[tuple[int, int]], marker: str) -> list[int]:
     """
     me = os.getpid()
     return sorted(pid for pid, _ in census() - before if pid != me and _related(pid, marker))
+
+
+def communicate_while_killing(
+    process: subprocess.Popen[bytes], victims: Callable[[], list[int]], *, timeout: float = 300
+) -> bytes:
+    """``process``'s stderr once it exits, every pid ``victims()`` names SIGKILLed meanwhile
+    (every 50 ms): workers that keep dying, whatever the command does about them."""
+    stop = threading.Event()
+
+    def keep_killing() -> None:
+        while not stop.is_set():
+            for pid in victims():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=keep_killing, daemon=True)
+    killer.start()
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    finally:
+        stop.set()
+        killer.join()
+    return stderr
