@@ -474,7 +474,7 @@ def test_help_names_each_executor_its_defaults_and_byte_identity() -> None:
         "dask runs them on Dask distributed",
         "--scheduler ADDRESS",
         "--workers defaults to the number of CPUs available",
-        "the output bytes do not depend on the executor or the worker count",
+        "the output bytes do not depend on the executor, the worker count or the shard size",
         "unreachable scheduler",
     ):
         assert phrase in text, phrase

@@ -14,7 +14,7 @@ halves of that claim:
    output against ``check_domain`` plus its id function (bytes and errors);
    proof contexts built from validated values against the constructor; and
    every outcome id recomputed here from the record's fields with
-   ``json.dumps`` and ``hashlib``, on the shipped bundle and on hostile
+   the reference recipe (``tests.support.reference``), on the shipped bundle and on hostile
    variants of it.
 3. The contract must bind to the candidate as validated: an authority (or a
    caller) that alters the candidate frame behind attrs' back is refused
@@ -24,7 +24,6 @@ halves of that claim:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections import Counter
@@ -74,6 +73,7 @@ from kernel.replay._authority import CandidateMemo, candidate_scope
 from kernel.serde import SerdeError, dumps, loads
 from kernel.upstream import ContractAssessment, SearchChain, assessment_id_of, seal_assessment
 from tests.replay_fixtures import CLOSING, CallLog, bundle_for, toy_chain, toy_manifest
+from tests.support import reference
 
 BUNDLE = Path(__file__).resolve().parents[1] / "examples" / "replay" / "bundle.json"
 DATA = BUNDLE.read_bytes()
@@ -232,8 +232,7 @@ def _recomputed_id(outcome: ReplayAdapterOutcome | ProofOutcome | ContractAssess
     del fields["explanation"]
     id_field = next(iter(fields))  # every self-sealing record names its id first
     fields[id_field] = ""
-    text = json.dumps(fields, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return reference.sha(fields)
 
 
 def _own_id(outcome: ReplayAdapterOutcome | ProofOutcome) -> str:

@@ -306,14 +306,15 @@ def _taken(job: Job, result: object, by_start: dict[int, _Slot], gathering: _Gat
         shard = job.args[0]
         assert isinstance(shard, Shard) and isinstance(result, tuple)
         slot = by_start[shard.start]
+        # What a worker returns is not trusted to be of the shard's types: an
+        # ordinary default refuses it (a match would have to be total).
         for found in result:
-            match found:
-                case Settled():
-                    slot.settled[found.index] = found
-                case Closed():
-                    slot.closed.append(found)
-                case _:
-                    raise ShardError("shard_failed", f"a shard gave {type(found).__name__}")
+            if isinstance(found, Settled):
+                slot.settled[found.index] = found
+            elif isinstance(found, Closed):
+                slot.closed.append(found)
+            else:
+                raise ShardError("shard_failed", f"a shard gave {type(found).__name__}")
         slot.contracted = True
         gathering.gather(slot)
     else:
