@@ -33,7 +33,13 @@ from kernel.external import (
     replay_run,
 )
 from tests.support.cli import KERNEL_MAIN
-from tests.support.processes import census, kill_all, new_processes, processes_mentioning
+from tests.support.processes import (
+    census,
+    described,
+    kill_all,
+    new_processes,
+    processes_mentioning,
+)
 from tests.support.reference import canonical, sha256_file
 from tests.test_external_helpers import HONEST_PRODUCER, PYTHON, Scenario
 
@@ -488,3 +494,61 @@ def test_metadata_whose_evidence_digest_disagrees_with_its_artifacts_is_blocked(
         environment=default_environment(),
     )
     assert replay.reason is Reason.EVIDENCE_CHANGED
+
+
+# --- a kernel killed at any moment of a launch ---------------------------------------
+
+# A stand-in for the kernel: it launches one contained step (which would sleep
+# for a minute) as soon as it reads a line, so the test can SIGKILL it a chosen
+# time after the launch began. The step names the test's directory.
+_LAUNCHING_KERNEL = """
+import os, sys, threading
+from pathlib import Path
+from kernel.external import ContainmentLevel, StepView, run_process
+from kernel.external._contain import seal_copy
+level, work, python = ContainmentLevel(sys.argv[1]), sys.argv[2], sys.argv[3]
+sealed = seal_copy(python)
+view = StepView(output=work, read_only=(), needed=(), workdir=work)
+print("ready", flush=True)
+sys.stdin.readline()
+run_process(
+    [python, "-c", "import time; time.sleep(60)", work], cwd=Path(work),
+    env={"PATH": "/usr/bin:/bin"}, timeout_seconds=120, cancel=threading.Event(),
+    stdout_limit=1024, stderr_limit=1024, containment=level, executable_fd=sealed.fd,
+    view=view,
+)
+"""
+# Every 0.4 ms across the first 40 ms of a launch: the moments between the
+# kernel's fork and each wrapper arming its parent-death signal (bubblewrap's
+# own child arms it only after its parent wrote its user-namespace maps).
+_KILL_DELAYS = [index * 0.0004 for index in range(100)]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_kernel_killed_at_any_moment_of_a_launch_leaves_no_process(
+    tmp_path: Path, level: ContainmentLevel
+) -> None:
+    left: list[str] = []
+    for index, delay in enumerate(_KILL_DELAYS):
+        work = tmp_path / f"try{index}"
+        work.mkdir()
+        kernel = subprocess.Popen(
+            [PYTHON, "-c", _LAUNCHING_KERNEL, level.value, str(work), PYTHON],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert kernel.stdin is not None and kernel.stdout is not None
+        try:
+            assert kernel.stdout.readline() == b"ready\n", "the stand-in kernel did not start"
+            kernel.stdin.write(b"go\n")
+            kernel.stdin.flush()
+            time.sleep(delay)
+        finally:
+            kernel.kill()
+            kernel.wait(10)
+        deadline = time.monotonic() + 5.0
+        while (alive := processes_mentioning(str(work))) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if alive:
+            left += [f"try {index} ({delay * 1000:.1f} ms): {described(pid)}" for pid in alive]
+            kill_all(alive)
+    assert not left, "processes left behind by a killed kernel:\n" + "\n".join(left)

@@ -7,17 +7,23 @@ Theory of operation:
   directory and a private tmpfs, no network, and resource limits; the view is
   described once (``kernel.external._sandbox.StepView``).
   ``NAMESPACE``: the step runs as PID 1 of its own user + PID namespace
-  (``unshare --user --pid --fork --kill-child --mount-proc`` from util-linux),
-  entered through ``setpriv --pdeathsig KILL``. When the step's
-  first process exits, Linux kills every other process of the namespace and
-  ``unshare`` returns only once they are all reaped; ``setsid``, ``setpgid``,
-  double forks and ignored signals do not leave a PID namespace. If the kernel
-  dies (even SIGKILL), ``unshare`` gets SIGKILL (parent-death signal), and its
-  ``--kill-child`` takes PID 1 and so the whole namespace with it.
-  ``SUBREAPER``: where namespaces are refused, a small launcher becomes a child
-  subreaper (``PR_SET_CHILD_SUBREAPER``): every orphaned descendant is
-  re-parented to it, and it kills and reaps all of them when the command ends,
-  on SIGTERM, and when the kernel dies (its parent-death signal is SIGTERM).
+  (``unshare --user --pid --fork --kill-child --mount-proc`` from util-linux).
+  When the step's first process exits, Linux kills every other process of
+  the namespace and ``unshare`` returns only once they are all reaped;
+  ``setsid``, ``setpgid``, double forks and ignored signals do not leave a
+  PID namespace.
+  ``SUBREAPER``: where namespaces are refused, the launcher alone.
+- **The guard.** At every level the kernel's first child is the launcher
+  (``guard`` around the ``unshare`` or ``bwrap`` chain, ``reap`` around the
+  command): a child subreaper, so every process orphaned below it is
+  re-parented to it, and it kills and reaps all of them when the command
+  ends, on SIGTERM (how the kernel stops a step), and when the kernel dies.
+  The kernel's death is seen twice over: a parent-death signal (SIGTERM),
+  and a pidfd of the kernel the guard waits on. A parent-death signal armed
+  after the parent died is never sent, so each fork checks its parent after
+  arming it; the wrappers do not (bubblewrap's own child, orphaned in that
+  window, blocks for good on its dead parent: bubblewrap issue 633), which
+  is why the guard, not ``setpriv --pdeathsig``, is what holds the chain.
 - **Availability** is probed once per process by running the namespace chain
   on ``/bin/true``; a caller can cap the level (``max_level``), which is how a
   machine without namespaces is simulated in tests. Nothing is silently
@@ -51,7 +57,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Final, assert_never, final
 
 import attrs
@@ -67,7 +72,6 @@ __all__ = [
     "available_level",
     "close_sealed",
     "launcher_argv",
-    "leader_children",
     "seal_copy",
 ]
 
@@ -274,6 +278,14 @@ class SealedCopies:
 # ``reap REPORT PARENT FD ARGV...``: become a child subreaper, run the command, then
 # kill and reap every descendant (a blocking wait after each round of kills, no
 # polling); SIGTERM (also the parent-death signal) does the same at once.
+# ``guard REPORT PARENT ARGV...``: the same guard around a plain path (the
+# ``unshare`` or ``prlimit``/``bwrap`` chain, whose inner "ns" launcher inherits
+# REPORT). A parent-death signal armed after the parent died is never sent,
+# so each fork checks its parent *after* arming it, the guard also waits on a
+# pidfd of the kernel (readable once it is gone, whatever became of the
+# signal), and whatever a dying wrapper orphans (bubblewrap's own child,
+# before it arms its signal, blocks for good on its dead parent) is
+# re-parented to the guard and killed.
 # Exit status: the command's (a signal is re-raised).
 LAUNCHER_SOURCE: Final = r"""
 import os, sys
@@ -281,6 +293,12 @@ def run(report, fd, argv):
     os.set_inheritable(report, False)
     try:
         os.execve("/proc/self/fd/%d" % fd, argv, os.environ)
+    except OSError as exc:
+        os.write(report, ("cannot execute %s: %s" % (argv[0], exc)).encode())
+        os._exit(127)
+def chain(report, argv):
+    try:
+        os.execv(argv[0], argv)
     except OSError as exc:
         os.write(report, ("cannot execute %s: %s" % (argv[0], exc)).encode())
         os._exit(127)
@@ -319,11 +337,11 @@ def finish(status):
         os.kill(os.getpid(), number)
         os._exit(128 + number)
     os._exit(os.WEXITSTATUS(status) if status is not None else 125)
-def reap(report, parent, fd, argv):
-    # Only here: signal and ctypes are read from disk; the "ns" path runs on
+def reap(report, parent, start):
+    # Only here: signal, select and ctypes are read from disk; the "ns" path runs on
     # the frozen os and the built-in sys alone.
     global signal
-    import ctypes, signal
+    import ctypes, select, signal
     libc = ctypes.CDLL(None, use_errno=True)
     me = os.getpid()
     def stop(signum, frame):
@@ -331,10 +349,17 @@ def reap(report, parent, fd, argv):
         os._exit(128 + signal.SIGTERM)
     signal.signal(signal.SIGTERM, stop)
     libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    # The parent is also watched through a pidfd, opened before the parent is
+    # checked (so it names that parent, not a reused pid): readable once the
+    # kernel is gone, however the parent-death signal fared.
+    try:
+        kernel = os.pidfd_open(parent)
+    except OSError:
+        os._exit(125)
     if os.getppid() != parent:
         os._exit(125)
     if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
-        os.write(2, b"kernel launcher: PR_SET_CHILD_SUBREAPER refused\n")
+        os.write(report, b"kernel launcher: PR_SET_CHILD_SUBREAPER refused")
         os._exit(125)
     pid = os.fork()
     if pid == 0:
@@ -342,7 +367,15 @@ def reap(report, parent, fd, argv):
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != me:
             os._exit(125)
-        run(report, fd, argv)
+        start()
+    command = os.pidfd_open(pid)
+    while True:
+        ready = select.select([command, kernel], [], [])[0]
+        if kernel in ready:
+            kill_all(me)
+            os._exit(128 + signal.SIGTERM)
+        if command in ready:
+            break
     while True:
         done, status = os.waitpid(pid, 0)
         if done == pid:
@@ -352,8 +385,12 @@ def reap(report, parent, fd, argv):
 mode, report = sys.argv[1], int(sys.argv[2])
 if mode == "ns":
     run(report, int(sys.argv[3]), sys.argv[4:])
+elif mode == "reap":
+    fd, argv = int(sys.argv[4]), sys.argv[5:]
+    reap(report, int(sys.argv[3]), lambda: run(report, fd, argv))
 else:
-    reap(report, int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:])
+    argv = sys.argv[4:]
+    reap(report, int(sys.argv[3]), lambda: chain(report, argv))
 """
 
 
@@ -370,41 +407,23 @@ def launcher_argv(
     needs the step's ``view`` (what it may see, write and use).
     """
     launcher = (sys.executable, "-I", "-S", "-c", LAUNCHER_SOURCE)
+    guard = (*launcher, "guard", str(report_fd), str(os.getpid()))
     match level:
         case ContainmentLevel.SANDBOX:
             if view is None:
                 raise ValueError("the sandbox level needs the step's view")
             return (
-                *sandbox_prefix(view), *launcher, "ns", str(report_fd), str(executable_fd), *argv
+                *guard, *sandbox_prefix(view),
+                *launcher, "ns", str(report_fd), str(executable_fd), *argv,
             )  # fmt: skip
         case ContainmentLevel.NAMESPACE:
             prefix = _namespace_prefix()
             if prefix is None:  # available_level said yes: a tool vanished since
                 raise OSError("setpriv or unshare is no longer available")
-            return (*prefix, *launcher, "ns", str(report_fd), str(executable_fd), *argv)
+            return (*guard, *prefix, *launcher, "ns", str(report_fd), str(executable_fd), *argv)
         case ContainmentLevel.SUBREAPER:
             return (
                 *launcher, "reap", str(report_fd), str(os.getpid()), str(executable_fd), *argv
             )  # fmt: skip
         case _:
             assert_never(level)
-
-
-def leader_children(pid: int) -> list[int]:
-    """Live children of ``pid`` (``/proc`` scan); used to kill a namespace's PID 1."""
-    found: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            data = Path("/proc", name, "stat").read_bytes()
-        except OSError:
-            continue
-        fields = data[data.rindex(b")") + 2 :].split()
-        if int(fields[1]) == pid and fields[0] not in (b"Z", b"X"):
-            found.append(int(name))
-    return found

@@ -20,9 +20,8 @@ Theory of operation (seed 003, "Process control and trust limits"):
   command runs through the launcher: in its own user + PID namespace, or
   under a child subreaper. Then no descendant survives the step whatever it
   did (``setsid``, ``setpgid``, double fork, ignoring SIGTERM), nor the
-  kernel's death: on expiry or cancellation the namespace's PID 1 is killed
-  (which empties the namespace) or the subreaper is told to kill everything
-  (SIGTERM) before the group kill;
+  kernel's death: on expiry or cancellation the launcher (a child subreaper
+  at every level) is told to kill everything (SIGTERM) before the group kill;
 - the wait is one ``poll`` on a pidfd, woken by the leader's exit at once,
   by the deadline (the poll's timeout), or by a ``Cancellation`` being set
   (its descriptor becomes readable): no periodic wake-up. Only a plain
@@ -46,11 +45,11 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Final, assert_never, final
+from typing import IO, Final, final
 
 import attrs
 
-from kernel.external._contain import ContainmentLevel, launcher_argv, leader_children
+from kernel.external._contain import ContainmentLevel, launcher_argv
 from kernel.external._sandbox import StepView
 
 __all__ = ["Cancellation", "ProcessResult", "ProcessStatus", "run_process"]
@@ -225,22 +224,14 @@ def _open_pidfd(pid: int) -> int | None:
 
 def _stop_contained(pid: int, pidfd: int | None, level: ContainmentLevel | None) -> None:
     """Before the group kill: end every process of a contained step, not only the group."""
-    match level:
-        case None:
-            return
-        case ContainmentLevel.NAMESPACE | ContainmentLevel.SANDBOX:
-            # The leader is unshare or bwrap (not reaped, so its pid is stable); its child is
-            # the namespace's PID 1, whose death kills and reaps the whole namespace
-            # before unshare's waitpid returns.
-            for child in leader_children(pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(child, signal.SIGKILL)
-        case ContainmentLevel.SUBREAPER:
-            # The launcher kills and reaps every descendant on SIGTERM, then exits.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
-        case _:
-            assert_never(level)
+    if level is None:
+        return
+    # At every level the leader is the kernel's launcher, a child subreaper:
+    # SIGTERM makes it kill and reap every descendant (a namespace's PID 1,
+    # whose death empties the namespace, and anything a dying wrapper
+    # orphaned), then exit.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGTERM)
     _wait_exit(pid, pidfd, _SUBREAPER_GRACE_SECONDS)
 
 

@@ -81,8 +81,12 @@ _KILL_SECONDS: Final = 2.0  # then this long for the killed to be gone (SIGKILL 
 # nanny asks its worker to stop, waits 0.8 of this, then kills it.
 _CLOSE_SECONDS: Final = 5.0
 # After an interrupt or an error the close is cut shorter: the run is over and
-# its workers must be gone within the command's bound (issue 20: 10 s).
+# its workers must be gone within the command's bound (issue 20: 10 s). Each
+# step gets at most 2 s and the client, nannies and scheduler together at most
+# 5 s (their step bounds alone add up to 9 s, which a loaded machine reached),
+# then the sweep's SIGKILL ends whatever is left.
 _INTERRUPTED_CLOSE_SECONDS: Final = 2.0
+_INTERRUPTED_CLOSE_BUDGET: Final = 5.0
 
 
 class ExecutorKind(enum.Enum):
@@ -393,14 +397,15 @@ class _LocalCluster:
         self.before = before  # the children this process had before: never the cluster's
 
 
-def _close_nannies(cluster: Any, seconds: float) -> None:
+def _close_nannies(cluster: Any, seconds: float, wait: float) -> None:
     """On the cluster's event loop: every nanny closed, and so its worker stopped, first.
 
     A nanny restarts its worker whenever the worker's process exits while
     the nanny is running, from the cluster's event loop thread in this
     process. Closed first (its status is ``closing`` from the close's first
     step), it never restarts one; its worker is asked to stop, killed after
-    ``0.8 * seconds`` and joined while the worker's queues still exist. A
+    ``0.8 * seconds`` and joined while the worker's queues still exist (this
+    thread waits ``wait`` at most). A
     worker killed under a running nanny was restarted during the command's
     exit: the new one, spawned with the real stderr, found the semaphores of
     its queues already unlinked by the exit (``FileNotFoundError``
@@ -417,10 +422,12 @@ def _close_nannies(cluster: Any, seconds: float) -> None:
                              return_exceptions=True)
 
     with contextlib.suppress(Exception):  # bounded; the sweep after it ends whatever is left
-        sync(cluster.loop, close_all, callback_timeout=2 * seconds + 1)
+        sync(cluster.loop, close_all, callback_timeout=wait)
 
 
-def _close_cluster(local: _LocalCluster, client: Any, seconds: float) -> None:
+def _close_cluster(
+    local: _LocalCluster, client: Any, seconds: float, budget: float | None = None
+) -> None:
     """Close a local cluster in order; never raise over the run's own result or exception.
 
     SIGINT and SIGTERM are ignored meanwhile (the close is bounded; SIGKILL
@@ -429,16 +436,25 @@ def _close_cluster(local: _LocalCluster, client: Any, seconds: float) -> None:
     order: the client (its futures cancelled), the nannies and their workers
     (``_close_nannies``), the scheduler and the event loop (``close``), then
     any worker process still alive is killed and reaped, so none outlives
-    the run and none is started once the event loop has stopped.
+    the run and none is started once the event loop has stopped. Each step
+    waits ``seconds`` at most, and the three before the sweep ``budget``
+    together when one is given.
     """
+    deadline = None if budget is None else time.monotonic() + budget
+
+    def bound(step: float) -> float:
+        if deadline is None:
+            return step
+        return max(0.1, min(step, deadline - time.monotonic()))
+
     with _second_interrupts_ignored():
         _loop_errors_dropped(local.cluster)
         if client is not None:
             with contextlib.suppress(Exception):
-                client.close(timeout=seconds)
-        _close_nannies(local.cluster, seconds)
+                client.close(timeout=bound(seconds))
+        _close_nannies(local.cluster, bound(seconds), bound(2 * seconds + 1))
         with contextlib.suppress(Exception):  # a close that times out must not hide the outcome
-            local.cluster.close(timeout=seconds)
+            local.cluster.close(timeout=bound(seconds))
         _sweep_workers(local.before)
         with contextlib.suppress(Exception):  # closed or not, Dask's exit-time close must skip it
             from distributed.deploy.spec import SpecCluster
@@ -480,7 +496,7 @@ def local_client(workers: int) -> Iterator[Any]:
         client = Client(local.cluster, set_as_default=False)  # type: ignore[no-untyped-call]
         yield client
     except BaseException:
-        _close_cluster(local, client, _INTERRUPTED_CLOSE_SECONDS)
+        _close_cluster(local, client, _INTERRUPTED_CLOSE_SECONDS, _INTERRUPTED_CLOSE_BUDGET)
         raise
     _close_cluster(local, client, _CLOSE_SECONDS)
 
@@ -561,7 +577,7 @@ def _start_local_cluster(workers: int) -> _LocalCluster:
         for signum in held:  # acted on now, by the handler the caller had installed
             signal.raise_signal(signum)
     except BaseException:
-        _close_cluster(local, None, _INTERRUPTED_CLOSE_SECONDS)
+        _close_cluster(local, None, _INTERRUPTED_CLOSE_SECONDS, _INTERRUPTED_CLOSE_BUDGET)
         raise
     return local
 

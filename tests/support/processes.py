@@ -38,6 +38,7 @@ __all__ = [
     "census",
     "cmdline",
     "descendants",
+    "described",
     "kill_all",
     "live_pids",
     "new_processes",
@@ -123,7 +124,25 @@ def assert_no_leftover(tmp_path: Path, *, within: float = 5.0) -> None:
     deadline = time.monotonic() + within
     while (alive := processes_mentioning(str(tmp_path))) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not alive, f"processes left behind: {alive}"
+    assert not alive, "processes left behind: " + "; ".join(map(described, alive))
+
+
+def described(pid: int) -> str:
+    """``pid`` with its state, parent and command line, for a failure message."""
+    info = stat(pid)
+    where = f"state {info.state}, parent {info.parent}" if info is not None else "gone"
+    return f"{pid} ({where}{_signals(pid)}): {_cmdline_text(pid)[:300]}"
+
+
+def _signals(pid: int) -> str:
+    """The pending, blocked and caught signal masks (hexadecimal), when readable."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return ""
+    wanted = ("SigPnd", "ShdPnd", "SigBlk", "SigCgt")
+    masks = [line.replace("\t", " ") for line in lines if line.startswith(wanted)]
+    return ", " + ", ".join(masks)
 
 
 def kill_all(pids: list[int]) -> None:
