@@ -38,10 +38,16 @@ def fragile_frame(frame: FrameType | None) -> bool:
     The interpreter runs weak-reference callbacks (the import system's module
     locks) and finalizers where an exception cannot propagate: it prints a
     traceback and drops the exception, and the command would go on as if
-    never signalled.
+    never signalled. The signal may land any number of calls below such a
+    frame (Dask's ``Future.__del__`` writes to its event loop's socket), so
+    the whole stack is looked at, not only the innermost frame.
     """
-    return frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
-                                  or frame.f_code.co_name == "__del__")
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith("<frozen importlib") or code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def raise_interrupt(signum: int, frame: FrameType | None, exc: type[KeyboardInterrupt]) -> None:
