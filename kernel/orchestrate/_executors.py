@@ -404,9 +404,9 @@ def _close_nannies(cluster: Any, seconds: float, wait: float) -> None:
     the nanny is running, from the cluster's event loop thread in this
     process. Closed first (its status is ``closing`` from the close's first
     step), it never restarts one; its worker is asked to stop, killed after
-    ``0.8 * seconds`` and joined while the worker's queues still exist (this
-    thread waits ``wait`` at most). A
-    worker killed under a running nanny was restarted during the command's
+    ``0.8 * seconds`` and joined while the worker's queues still exist; this
+    thread waits ``wait`` at most. A worker killed under a running nanny was
+    restarted during the command's
     exit: the new one, spawned with the real stderr, found the semaphores of
     its queues already unlinked by the exit (``FileNotFoundError``
     tracebacks, "leaked semaphore" warnings; issue 20).
