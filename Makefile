@@ -87,8 +87,8 @@ demo: $(STAMP) sandbox-tools  ## the reference scenario and the main job (kernel
 	@echo '  tampered runs  the tampered attempt caught (candidate_identity_mismatch, exit 3), the others classified:'
 	@echo '                 out/outcomes.jsonl, out/e2e-outcomes.jsonl (certification runs: runs/e2e/)'
 
-interrupts: $(STAMP) sandbox-tools  ## SIGINT/SIGTERM to kernel run and kernel replay on a pool and on Dask, 40 tries each at varied moments
-	KERNEL_INTERRUPT_TRIES=$${KERNEL_INTERRUPT_TRIES:-40} $(BIN)/pytest -q -p no:cacheprovider tests/test_cli_interrupts.py
+interrupts: $(STAMP) sandbox-tools  ## SIGINT/SIGTERM to kernel run and kernel replay on a pool and on Dask, 40 tries each at varied moments; a launching kernel SIGKILLed at 200 moments per containment level
+	KERNEL_INTERRUPT_TRIES=$${KERNEL_INTERRUPT_TRIES:-40} KERNEL_LAUNCH_KILLS=$${KERNEL_LAUNCH_KILLS:-200} $(BIN)/pytest -q -p no:cacheprovider tests/test_cli_interrupts.py tests/test_containment.py -k 'interrupted or signal or killed_at_any_moment'
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep"; the checker tests widen their corpora)
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider

@@ -50,7 +50,7 @@ from tests.support.processes import census, cmdline, descendants, kill_all, new_
 DRAFT = ROOT / "examples" / "drafts" / "marbles.json"
 ATTEMPTS = 8
 BOUND = 10.0  # seconds from the signal to the exit (issue 20, deliverable 2)
-TRIES = int(os.environ.get("KERNEL_INTERRUPT_TRIES", "0") or 0) or 4
+TRIES = int(os.environ.get("KERNEL_INTERRUPT_TRIES", "0") or 0) or 3
 # Varied moments: the pool or cluster starting, mid-certification, late. (Not before the
 # interpreter has imported the command line: a Ctrl-C in its first ~0.3 s is Python's own.)
 # A negative delay counts from the moment the first certification has started (its

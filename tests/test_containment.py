@@ -518,10 +518,12 @@ run_process(
     view=view,
 )
 """
-# Every 0.4 ms across the first 40 ms of a launch: the moments between the
-# kernel's fork and each wrapper arming its parent-death signal (bubblewrap's
-# own child arms it only after its parent wrote its user-namespace maps).
-_KILL_DELAYS = [index * 0.0004 for index in range(100)]
+# Across the first 40 ms of a launch: the moments between the kernel's fork and
+# each wrapper arming its parent-death signal (bubblewrap's own child arms it
+# only after its parent wrote its user-namespace maps). CI kills at 50 moments
+# (every 0.8 ms); ``make interrupts`` at KERNEL_LAUNCH_KILLS=200 (every 0.2 ms).
+_KILLS = int(os.environ.get("KERNEL_LAUNCH_KILLS", "0") or 0) or 50
+_KILL_DELAYS = [index * 0.040 / _KILLS for index in range(_KILLS)]
 
 
 @pytest.mark.parametrize("level", LEVELS)
