@@ -125,6 +125,42 @@ def test_a_document_bundle_gives_the_serial_bytes_summary_and_exit_code(tmp_path
     assert (done.stdout, done.stderr) == (expected.stdout, expected.stderr)
 
 
+@pytest.mark.usefixtures("no_leftover_workers")
+def test_the_verbose_table_and_summary_of_workers_are_the_serial_ones(tmp_path: Path) -> None:
+    # Workers send each outcome's line and what the tally reads (ids, reason codes,
+    # classes, cause, hint), never the outcome: every row and the summary must agree.
+    expected = _kernel("replay", EXAMPLE, "-f", "table", "--verbose")
+    assert expected.returncode == 3, expected.stderr
+    assert expected.stdout.count(b" attempt=") == 8  # one row per attempt
+    for options in (("--workers", "2", "--shard-size", "1"),
+                    ("--workers", "1", "--shard-size", "3")):
+        done = _kernel("replay", EXAMPLE, "-f", "table", "--verbose", *options)
+        assert (done.returncode, done.stdout, done.stderr) == (
+            expected.returncode, expected.stdout, expected.stderr), options
+
+
+def test_a_shard_result_carries_lines_and_counts_never_outcome_records() -> None:
+    from kernel.commands._outcomes import replay_summary
+    from kernel.commands._verdict import Counted
+    from kernel.orchestrate._shards import Shard, classify_shard, shared_document
+    from kernel.replay import ReplayAdapterRefusal, ReplayAdapterResult
+
+    data = EXAMPLE.read_bytes()
+    results = classify_shard(shared_document(data), Shard(0, 8), replay_summary)
+    assert len(results) == 8
+    serial = _kernel("replay", EXAMPLE, "-f", "jsonl").stdout.splitlines(keepends=True)
+    for index, (attempt_id, summary, line) in enumerate(results):
+        assert line == serial[index]
+        record = json.loads(line)
+        assert isinstance(summary, tuple) and len(summary) == 3
+        counted, cause, hint = summary
+        assert isinstance(counted, Counted)
+        assert counted.disposition == record["outcome"]["replay_disposition"]
+        assert attempt_id == record.get("attempt_id")
+        flat = [attempt_id, *counted.reason_codes, counted.outcome_id, cause, hint]
+        assert not any(isinstance(v, ReplayAdapterResult | ReplayAdapterRefusal) for v in flat)
+
+
 def _defective(bundles: dict[int, Path], directory: Path) -> dict[str, Path]:
     """Streams with defects in their attempt lines, each a case of the serial reader."""
     lines = bundles[10].read_bytes().splitlines(keepends=True)

@@ -35,10 +35,10 @@ from kernel.commands._io import OutputFile, bounded_lines, is_stdio, open_input,
 from kernel.commands._verdict import (
     DEFAULT_FAIL_ON,
     FAIL_ON_CHOICES,
+    Counted,
     FailOn,
     Listed,
     Tally,
-    classes_of,
     parse_fail_on,
 )
 from kernel.identity import JsonValue
@@ -251,27 +251,34 @@ class Emitter:
         end; ``line`` is its outcome line when a worker already encoded it."""
         if line is None:
             line = outcome_line(index, attempt_id, outcome)
+        counted = Counted.of(outcome)
+        cause = None
+        if counted.classes:  # the cause is looked up only for what did not close
+            cause = (self.explain or default_cause)(index, attempt_id, outcome)
+        self.add_counted(index, attempt_id, counted, line, cause, hint)
+
+    def add_counted(
+        self, index: int, attempt_id: str | None, counted: Counted, line: bytes,
+        cause: str | None = None, hint: str | None = None,
+    ) -> None:
+        """``add`` for an outcome a shard worker reduced to its line, its count and its
+        cause (``shard_summary``): the same output, byte for byte."""
         if self._file is not None:
             self._file.write(line)
         if self._stdout_lines:
             sys.stdout.buffer.write(line)
-        cause = None
-        if classes_of(outcome):  # the cause is looked up only for what did not close
-            cause = (self.explain or default_cause)(index, attempt_id, outcome)
-        listed = self.tally.add(index, attempt_id, outcome, cause, hint)
+        listed = self.tally.count(index, attempt_id, counted, cause, hint)
         if self.verbose and self.format is OutputFormat.TABLE:
-            self._row(index, attempt_id, outcome, listed)
+            self._row(index, attempt_id, counted, listed)
         if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
 
-    def _row(self, index: int, attempt_id: str | None, outcome: ReplayAdapterOutcome,
+    def _row(self, index: int, attempt_id: str | None, counted: Counted,
              listed: Listed | None) -> None:
-        from kernel.commands._verdict import outcome_id
-
-        reasons = ",".join(outcome.reason_codes) or "-"
+        reasons = ",".join(counted.reason_codes) or "-"
         cause = f" cause={listed.cause}" if listed is not None and listed.cause else ""
-        typer.echo(f"{index:>6} {outcome.replay_disposition.value:<34} "
-                   f"attempt={attempt_id or '-'} outcome={outcome_id(outcome)} "
+        typer.echo(f"{index:>6} {counted.disposition:<34} "
+                   f"attempt={attempt_id or '-'} outcome={counted.outcome_id} "
                    f"reasons={reasons}{cause}")
 
     def finish(self) -> int:
@@ -407,6 +414,18 @@ def replay_hint(item: Attempt, outcome: ReplayAdapterOutcome) -> str | None:
     """``kernel replay``'s likely cause (a certified.v1 bundle); module level, so that a
     shard worker computes it beside the outcome (ADR 0020) and the summary says it too."""
     return manifest_hint(item, outcome, builtin_manifest(), REPLAY_MANIFEST_ADVICE)
+
+
+#: What a shard worker of ``kernel replay`` sends back beside an outcome line.
+ReplaySummary = tuple[Counted, str | None, str | None]
+
+
+def replay_summary(item: Attempt, outcome: ReplayAdapterOutcome) -> ReplaySummary:
+    """What the command's tally and summary read of ``outcome`` (its count, its cause as
+    ``default_cause`` gives it, the hint): computed on the worker (ADR 0020)."""
+    counted = Counted.of(outcome)
+    cause = default_cause(item.attempt_index, item.attempt_id, outcome) if counted.classes else None
+    return counted, cause, replay_hint(item, outcome)
 
 
 def default_cause(

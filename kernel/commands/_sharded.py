@@ -38,6 +38,7 @@ from kernel.commands._outcomes import (
     OutputFormat,
     _Tee,
     replay_hint,
+    replay_summary,
     stream_error,
 )
 from kernel.commands._signals import interruption
@@ -294,8 +295,9 @@ def replay_sharded(
             except ExecutorSetupError as exc:
                 refuse(exc.code, exc.message)
             manifest = builtin_manifest()
-            for index, attempt_id, outcome, line, hint in runner.run(shards, replay_hint):
-                emitter.add(index, attempt_id, outcome, hint, line=line)
+            for index, attempt_id, summary, line in runner.run(shards, replay_summary):
+                counted, cause, hint = summary
+                emitter.add_counted(index, attempt_id, counted, line, cause, hint)
             if runner.restarts and not quiet:
                 typer.echo(f"note: a worker process died; the shards it had not returned were "
                            f"run again ({runner.restarts} time(s))", err=True)

@@ -152,6 +152,27 @@ def outcome_id(outcome: ReplayAdapterOutcome) -> str:
 
 
 @attrs.frozen
+class Counted:
+    """What the tally and the summary read of one outcome, and nothing else of it.
+
+    A shard worker sends this beside the outcome line instead of the outcome
+    (ADR 0020): a fraction of the pickled outcome's size and cost, and the
+    command that writes the lines never rebuilds the records.
+    """
+
+    disposition: str
+    classes: frozenset[FailOn]
+    outcome_id: str
+    reason_codes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, outcome: ReplayAdapterOutcome) -> Counted:
+        """What the tally, the summary and a verbose row read of ``outcome``."""
+        return cls(outcome.replay_disposition.value, classes_of(outcome), outcome_id(outcome),
+                   outcome.reason_codes)
+
+
+@attrs.frozen
 class Listed:
     """One attempt that did not close, for the summary: its classes and root cause."""
 
@@ -194,17 +215,24 @@ class Tally:
         ``hint`` (the likely cause, e.g. the bundle was sealed for another
         manifest) is counted and printed once after the verdict.
         """
+        return self.count(index, attempt_id, Counted.of(outcome), cause, hint)
+
+    def count(
+        self, index: int, attempt_id: str | None, counted: Counted,
+        cause: str | None = None, hint: str | None = None,
+    ) -> Listed | None:
+        """``add`` for an outcome already reduced to what is counted (a shard worker's)."""
         self.total += 1
         if hint is not None:
             self.hints[hint] += 1
-        self.counts[outcome.replay_disposition.value] += 1
-        classes = classes_of(outcome)
+        disposition, classes = counted.disposition, counted.classes
+        self.counts[disposition] += 1
         hit = classes & self.fail_on
         if FailOn.INTEGRITY in classes:
             self.integrity = True
             self.tampered += 1
             if len(self.tampered_at) < 3:
-                self.tampered_at.append(f"#{index} {outcome.replay_disposition.value}")
+                self.tampered_at.append(f"#{index} {disposition}")
         if FailOn.UNCLASSIFIED in classes:
             self.unclassified += 1
         if hit:
@@ -212,8 +240,8 @@ class Tally:
         if not classes:
             return None
         entry = Listed(
-            index, attempt_id, outcome.replay_disposition.value, outcome_id(outcome),
-            outcome.reason_codes, tuple(c.value for c in FailOn if c in classes), cause,
+            index, attempt_id, disposition, counted.outcome_id, counted.reason_codes,
+            tuple(c.value for c in FailOn if c in classes), cause,
         )
         if len(self.listed) < LIST_LIMIT:
             self.listed.append(entry)

@@ -57,7 +57,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Final, Literal, assert_never, cast, final
+from typing import Any, Final, Literal, TypeVar, assert_never, cast, final
 
 import attrs
 
@@ -96,9 +96,9 @@ __all__ = [
     "Decided",
     "Job",
     "Shard",
-    "ShardHint",
     "ShardError",
     "ShardRunner",
+    "ShardSummary",
     "SharedRun",
     "classify_item",
     "classify_shard",
@@ -118,14 +118,17 @@ MAX_RESTARTS: Final = 3
 STOP_SECONDS: Final = 3.0
 
 Attempt = ReadyAttempt | RefusedAttempt
-# One attempt's outcome as the caller writes it: (index, attempt id, outcome, outcome line).
-Decided = tuple[int, str | None, ReplayAdapterOutcome, bytes, str | None]
-#: The command's likely cause of an outcome (its summary's ``hint:`` lines),
-#: computed where the attempt is, on the worker; a module-level function, so it
-#: crosses to a worker by reference.
-ShardHint = Callable[[Attempt, ReplayAdapterOutcome], str | None]
-# What a worker returns per attempt: its id, outcome, outcome line and hint.
-_Classified = tuple[str | None, ReplayAdapterOutcome, bytes, str | None]
+_Summary = TypeVar("_Summary")
+#: What the caller keeps of an outcome beside its line (for ``kernel replay``:
+#: what its tally and summary read, and the likely cause), computed where the
+#: attempt is, on the worker; a module-level function, so it crosses to a
+#: worker by reference. Only that and the line come back, never the outcome:
+#: a pickled outcome is many times their size and cost (BENCHMARKS.md).
+ShardSummary = Callable[[Attempt, ReplayAdapterOutcome], _Summary]
+# One attempt as the caller writes it: (index, attempt id, summary, outcome line).
+Decided = tuple[int, str | None, _Summary, bytes]
+# What a worker returns per attempt: its id, summary and outcome line.
+_Classified = tuple[str | None, object, bytes]
 
 
 @final
@@ -248,15 +251,16 @@ class _Prepared:
                 raise ValueError("an attempt line gave no attempt")
             yield item
 
-    def classify(self, shard: Shard, hint: ShardHint | None = None) -> tuple[_Classified, ...]:
+    def classify(
+        self, shard: Shard, summary: Callable[[Attempt, ReplayAdapterOutcome], object]
+    ) -> tuple[_Classified, ...]:
         found: list[_Classified] = []
         for expected, item in enumerate(self.items(shard), start=shard.start):
             if item.attempt_index != expected:
                 raise ValueError(f"shard attempt {item.attempt_index}, expected {expected}")
             outcome, self.facts = classify_item(item, self.manifest, self.facts)
-            found.append((item.attempt_id, outcome,
-                          outcome_line(item.attempt_index, item.attempt_id, outcome),
-                          None if hint is None else hint(item, outcome)))
+            found.append((item.attempt_id, summary(item, outcome),
+                          outcome_line(item.attempt_index, item.attempt_id, outcome)))
         if len(found) != shard.count:
             raise ValueError(f"shard of {shard.count} attempts gave {len(found)}")
         return tuple(found)
@@ -287,7 +291,8 @@ def prepared_run(shared: SharedRun | None) -> _Prepared:
 
 
 def classify_shard(
-    shared: SharedRun | None, shard: Shard, hint: ShardHint | None = None
+    shared: SharedRun | None, shard: Shard,
+    summary: Callable[[Attempt, ReplayAdapterOutcome], object],
 ) -> tuple[_Classified, ...]:
     """A shard's outcomes, in order (the task a worker runs).
 
@@ -296,7 +301,7 @@ def classify_shard(
     (the same object for every task) and prepares it on its first shard.
     """
     prepared = _prepared(shared)
-    return prepared.classify(shard, hint)
+    return prepared.classify(shard, summary)
 
 
 def _initialize(path: str, token: str) -> None:
@@ -365,9 +370,11 @@ class ShardRunner:
         self._pending.popleft()
         return job, result
 
-    def run(self, shards: Iterable[Shard], hint: ShardHint | None = None) -> Iterator[Decided]:
-        """Every attempt of ``shards``, in order, with ``hint``'s cause (computed on the
-        worker); raises ``ShardError`` when a shard is lost."""
+    def run(
+        self, shards: Iterable[Shard], summary: ShardSummary[_Summary]
+    ) -> Iterator[Decided[_Summary]]:
+        """Every attempt of ``shards``, in order, with ``summary`` of its outcome (computed
+        on the worker); raises ``ShardError`` when a shard is lost."""
         source = iter(shards)
         exhausted = False
         while True:
@@ -376,15 +383,15 @@ class ShardRunner:
                 if shard is None:
                     exhausted = True
                     break
-                self.submit(Job(classify_shard, (shard, hint)))
+                self.submit(Job(classify_shard, (shard, summary)))
             if not self.pending:
                 return
             job, found = self.take()
             taken = job.args[0]
             assert isinstance(taken, Shard)
             results = cast(tuple[_Classified, ...], found)
-            for offset, (attempt_id, outcome, line, cause) in enumerate(results):
-                yield taken.start + offset, attempt_id, outcome, line, cause
+            for offset, (attempt_id, kept, line) in enumerate(results):
+                yield taken.start + offset, attempt_id, cast(_Summary, kept), line
 
 
 @final
