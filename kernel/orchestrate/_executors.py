@@ -233,12 +233,19 @@ def _pool_worker_signals() -> None:
 
 
 class _Pool(ProcessPoolExecutor):
-    """A spawn pool whose workers are started (on ``submit``) with SIGINT blocked."""
+    """A spawn pool whose workers are started (on ``submit``) with SIGINT blocked.
+
+    A submit may spawn a worker, which writes the worker's start-up data into
+    a pipe; a SIGINT or SIGTERM whose handler raised halfway through that
+    write left a child reading half of it (``EOFError: Ran out of input``, a
+    traceback on the run's stderr; issue 20). Both are held until the submit
+    is over, then acted on (``held_interrupts``).
+    """
 
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> Future[Any]:
-        with _sigint_blocked():
+        with held_interrupts(), _sigint_blocked():
             return super().submit(fn, *args, **kwargs)
 
 
@@ -580,6 +587,17 @@ def _start_local_cluster(workers: int) -> _LocalCluster:
         _close_cluster(local, None, _INTERRUPTED_CLOSE_SECONDS, _INTERRUPTED_CLOSE_BUDGET)
         raise
     return local
+
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive meanwhile are acted on at the end, by the handlers the
+    caller had installed: the block is never cut halfway (main thread only)."""
+    held: list[int] = []
+    with _interrupts_held(held):
+        yield
+    for signum in held:
+        signal.raise_signal(signum)
 
 
 @contextlib.contextmanager

@@ -76,6 +76,7 @@ from kernel.orchestrate._executors import (
     _second_interrupts_ignored,
     _unreachable,
     check_executor_spec,
+    held_interrupts,
     local_client,
 )
 from kernel.orchestrate.errors import ExecutorSetupError, OrchestrateError
@@ -419,13 +420,22 @@ class _ProcessShards(ShardRunner):
         no-op task each: the pool spawns a worker per submit while none is
         idle); a Ctrl-C in that window of a few milliseconds is not seen.
         """
-        with _sigint_ignored():
-            pool = ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_initialize, initargs=(self._path, self._shared.token),
-            )
-            for _ in range(self.workers):
-                pool.submit(os.getpid)
+        pool: ProcessPoolExecutor | None = None
+        try:
+            # A SIGTERM (or a SIGINT) whose handler raised while a worker's start-up
+            # data was being written left that worker reading half of it (an
+            # ``EOFError`` traceback on stderr): held until every worker is spawned.
+            with held_interrupts(), _sigint_ignored():
+                pool = ProcessPoolExecutor(
+                    max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_initialize, initargs=(self._path, self._shared.token),
+                )
+                for _ in range(self.workers):
+                    pool.submit(os.getpid)
+        except BaseException:
+            if pool is not None:
+                stop_pool(pool)
+            raise
         return pool
 
     def _remove(self) -> None:
