@@ -405,7 +405,7 @@ class _ProcessShards(ShardRunner):
         try:
             with open(self._path, "xb") as handle:
                 pickle.dump((shared.layout, shared.lines), handle, pickle.HIGHEST_PROTOCOL)
-            self._pool = self._start()
+            self._pool = self._started()
         except BaseException:
             self._remove()
             raise
@@ -447,9 +447,13 @@ class _ProcessShards(ShardRunner):
     def _submit(self, job: Job) -> Future[Any]:
         try:
             return self._pool.submit(job.fn, None, *job.args)
-        except BrokenProcessPool as exc:  # a worker died since: taken (and re-run) in order
+        except (BrokenProcessPool, OSError) as exc:
+            # A worker died since (taken, and re-run, in order). OSError: the pool's
+            # manager thread closed its wake-up pipe between submit's check and its
+            # write (CPython 3.11: "handle is closed"); the pool is broken all the same.
             future: Future[Any] = Future()
-            future.set_exception(exc)
+            future.set_exception(
+                exc if isinstance(exc, BrokenProcessPool) else BrokenProcessPool(str(exc)))
             return future
 
     def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
@@ -461,20 +465,39 @@ class _ProcessShards(ShardRunner):
             except BrokenProcessPool as exc:
                 # A worker died (killed, out of memory): every shard not yet
                 # taken is run again on a fresh pool; none was written yet.
-                self.restarts += 1
-                if self.restarts > MAX_RESTARTS:
-                    raise ShardError(
-                        "worker_lost",
-                        f"a worker process died {self.restarts} times ({exc}); "
-                        f"the run is incomplete",
-                    ) from exc
-                stop_pool(self._pool)
-                self._pool = self._start()
-                for position, (job, _) in enumerate(pending):
-                    pending[position] = (job, self._submit(job))
-                future = pending[0][1]
+                future = self._restart(exc, pending)
             except Exception as exc:
                 raise ShardError("shard_failed", f"{type(exc).__name__}: {exc}") from exc
+
+    def _restart(self, cause: BaseException, pending: deque[tuple[Job, Any]]) -> Future[Any]:
+        """A fresh pool with every job not yet taken on it; the oldest job's future.
+
+        A worker that dies while the fresh pool starts breaks that pool too: it
+        counts as one more restart, never as a crash of the command.
+        """
+        self._count_restart(cause)
+        stop_pool(self._pool)
+        self._pool = self._started()
+        for position, (job, _) in enumerate(pending):
+            pending[position] = (job, self._submit(job))
+        future: Future[Any] = pending[0][1]
+        return future
+
+    def _started(self) -> ProcessPoolExecutor:
+        """``_start``, again while a worker dies as its pool starts (each time a restart)."""
+        while True:
+            try:
+                return self._start()
+            except (BrokenProcessPool, OSError) as exc:
+                self._count_restart(exc)
+
+    def _count_restart(self, cause: BaseException) -> None:
+        self.restarts += 1
+        if self.restarts > MAX_RESTARTS:
+            raise ShardError(
+                "worker_lost",
+                f"a worker process died {self.restarts} times ({cause}); the run is incomplete",
+            ) from cause
 
     def close(self, *, failed: bool) -> None:
         try:
@@ -496,7 +519,10 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     processes: object = getattr(pool, "_processes", None)
     workers = list(processes.values()) if isinstance(processes, dict) else []
     manager: object = getattr(pool, "_executor_manager_thread", None)
-    pool.shutdown(wait=False, cancel_futures=True)
+    # A broken pool's manager thread may have closed the pipes shutdown writes to
+    # (OSError "handle is closed"): the workers are stopped below all the same.
+    with contextlib.suppress(OSError):
+        pool.shutdown(wait=False, cancel_futures=True)
     for process in workers:
         _signal(process, signal.SIGTERM)
     deadline = time.monotonic() + STOP_SECONDS
