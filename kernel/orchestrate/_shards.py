@@ -421,10 +421,7 @@ class _ProcessShards(ShardRunner):
         idle); a Ctrl-C in that window of a few milliseconds is not seen.
         """
         pool: ProcessPoolExecutor | None = None
-        try:
-            # A SIGTERM (or a SIGINT) whose handler raised while a worker's start-up
-            # data was being written left that worker reading half of it (an
-            # ``EOFError`` traceback on stderr): held until every worker is spawned.
+        try:  # signals wait until every worker is spawned (``_executors._Pool``)
             with held_interrupts(), _sigint_ignored():
                 pool = ProcessPoolExecutor(
                     max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
@@ -448,9 +445,8 @@ class _ProcessShards(ShardRunner):
         try:
             return self._pool.submit(job.fn, None, *job.args)
         except (BrokenProcessPool, OSError) as exc:
-            # A worker died since (taken, and re-run, in order). OSError: the pool's
-            # manager thread closed its wake-up pipe between submit's check and its
-            # write (CPython 3.11: "handle is closed"); the pool is broken all the same.
+            # A worker died since (taken, and re-run, in order). OSError: the broken
+            # pool's manager closed its wake-up pipe ("handle is closed", CPython 3.11).
             future: Future[Any] = Future()
             future.set_exception(
                 exc if isinstance(exc, BrokenProcessPool) else BrokenProcessPool(str(exc)))
@@ -470,11 +466,7 @@ class _ProcessShards(ShardRunner):
                 raise ShardError("shard_failed", f"{type(exc).__name__}: {exc}") from exc
 
     def _restart(self, cause: BaseException, pending: deque[tuple[Job, Any]]) -> Future[Any]:
-        """A fresh pool with every job not yet taken on it; the oldest job's future.
-
-        A worker that dies while the fresh pool starts breaks that pool too: it
-        counts as one more restart, never as a crash of the command.
-        """
+        """A fresh pool with every job not yet taken on it; the oldest job's future."""
         self._count_restart(cause)
         stop_pool(self._pool)
         self._pool = self._started()
