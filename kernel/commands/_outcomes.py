@@ -262,7 +262,7 @@ class Emitter:
         cause: str | None = None, hint: str | None = None,
     ) -> None:
         """``add`` for an outcome a shard worker reduced to its line, its count and its
-        cause (``shard_summary``): the same output, byte for byte."""
+        cause (``replay_summary``): the same output, byte for byte."""
         if self._file is not None:
             self._file.write(line)
         if self._stdout_lines:
