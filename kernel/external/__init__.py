@@ -46,6 +46,7 @@ from kernel.external._outcome import (
     Status,
     Verdict,
 )
+from kernel.external._pin_cache import PinCache, process_pin_cache
 from kernel.external._process import Cancellation, ProcessResult, ProcessStatus, run_process
 from kernel.external._receipt import (
     RECEIPT_FIELDS,
@@ -93,6 +94,7 @@ __all__ = [
     "ManifestError",
     "PLACEHOLDERS",
     "Pin",
+    "PinCache",
     "PinClosure",
     "PinMismatchError",
     "ProcessResult",
@@ -126,6 +128,7 @@ __all__ = [
     "load_manifest",
     "parse_manifest",
     "pin_closure",
+    "process_pin_cache",
     "read_job",
     "read_run_metadata",
     "reason_for",

@@ -36,6 +36,7 @@ from kernel.external._outcome import (
     Status,
     Verdict,
 )
+from kernel.external._pin_cache import PinCache
 from kernel.external._sandbox import StepLimits
 from kernel.external._settings import (
     Role,
@@ -121,11 +122,16 @@ class Recorder:
 
 @attrs.frozen
 class Attempt:
-    """One attempt directory; ``files`` reads each file once per attempt (then compares
-    fingerprints), ``sealed`` holds the sealed copies both launches run."""
+    """One attempt directory; ``files`` reads each of its files once (then compares
+    fingerprints), ``pins`` does the same for the pinned files, ``sealed`` holds the
+    sealed copies both launches run. ``pins`` and ``sealed`` are the attempt's own,
+    or a run's ``PinCache`` shared by every attempt of this process."""
 
     root: Path
     files: FileLedger = attrs.field(factory=FileLedger, eq=False, repr=False)
+    pins: FileLedger = attrs.field(
+        default=attrs.Factory(lambda self: self.files, takes_self=True), eq=False, repr=False
+    )
     sealed: SealedCopies = attrs.field(factory=SealedCopies, eq=False, repr=False)
 
     @property
@@ -160,8 +166,9 @@ def require_utf8_path(path: Path | str, what: str) -> None:
         ) from exc
 
 
-def fresh_attempt(parent: Path, attempt_id: str) -> Attempt:
-    """Create ``parent/attempt_id``; raises ``RunDirectoryError`` if it exists."""
+def fresh_attempt(parent: Path, attempt_id: str, pins: PinCache | None = None) -> Attempt:
+    """Create ``parent/attempt_id``; raises ``RunDirectoryError`` if it exists. With
+    ``pins``, the attempt checks its pinned files through that run-wide cache."""
     try:
         check_identifier(attempt_id, "run id")
     except ManifestError as exc:
@@ -176,4 +183,6 @@ def fresh_attempt(parent: Path, attempt_id: str) -> Attempt:
         raise RunDirectoryError("run_dir_exists", f"{parent / attempt_id} already exists") from exc
     except OSError as exc:
         raise RunDirectoryError("run_dir_unwritable", f"{parent}: {exc.strerror}") from exc
-    return Attempt(root)
+    if pins is None:
+        return Attempt(root)
+    return Attempt(root, pins=pins.files, sealed=SealedCopies(pins.sealed))

@@ -56,7 +56,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, assert_never, final
 
 import attrs
@@ -252,18 +252,24 @@ class SealedCopies:
     can both run the copy made once; the attempt closes them all at its end.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shared: Callable[[str], SealedFile] | None = None) -> None:
         self._copies: dict[str, SealedFile] = {}
+        # A run's cache (``PinCache.sealed``): it owns the copies it hands out.
+        self._shared = shared
 
     def get(self, path: str) -> SealedFile:
         """The sealed copy of ``path``, made now if this attempt has none; raises ``OSError``."""
         copy = self._copies.get(path)
         if copy is None:
-            copy = self._copies[path] = seal_copy(path)
+            make = seal_copy if self._shared is None else self._shared
+            copy = self._copies[path] = make(path)
         return copy
 
     def close(self) -> None:
-        """Close every copy (the attempt is over)."""
+        """Close every copy the attempt made itself (the attempt is over)."""
+        if self._shared is not None:
+            self._copies.clear()
+            return
         close_sealed(tuple(self._copies.values()))
         self._copies.clear()
 

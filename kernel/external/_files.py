@@ -370,6 +370,9 @@ class FileLedger:
         self._known: dict[tuple[str, bool], _Known] = {}
         self._types: dict[int, str] | None = None
         self.hashed_bytes = 0  # bytes read to hash: what the fingerprints saved is visible
+        # A run's pin ledger (``PinCache``) is shared by the attempts of its
+        # threads (a Dask worker runs several): settle() iterates the records.
+        self._lock = threading.Lock()
 
     def _stamping(self, device: int) -> bool:
         if self._types is None:
@@ -386,7 +389,24 @@ class FileLedger:
         """Record that the file at ``path``, with ``fingerprint``, has ``sha256``
         (the caller read or wrote exactly those bytes, from one descriptor)."""
         key = (os.fspath(path), follow_symlinks)
-        self._known[key] = _Known(fingerprint, sha256, self._settled(fingerprint))
+        with self._lock:
+            was = self._known.get(key)
+            # The same record again (a later attempt's sealed copy) stays settled.
+            same = was is not None and (was.fingerprint, was.sha256) == (fingerprint, sha256)
+            settled = (same and was is not None and was.settled) or self._settled(fingerprint)
+            self._known[key] = _Known(fingerprint, sha256, settled)
+
+    def holds(self, path: Path | str, fingerprint: Fingerprint) -> bool:
+        """True if the file at ``path`` (symlinks followed) still has ``fingerprint``
+        and the ledger's settled record of it has that fingerprint too: its bytes are
+        then the ones recorded (see the class docstring)."""
+        known = self._known.get((os.fspath(path), True))
+        if known is None or not known.settled or known.fingerprint != fingerprint:
+            return False
+        try:
+            return fingerprint_of(os.stat(path)) == fingerprint
+        except OSError:
+            return False
 
     def settle(self, probe: Path | str) -> None:
         """Settle every record older than ``probe``, a file the kernel has just written.
@@ -401,13 +421,14 @@ class FileLedger:
             return
         if not self._stamping(status.st_dev):
             return
-        for key, known in self._known.items():
-            if (
-                not known.settled
-                and known.fingerprint[0] == status.st_dev
-                and known.fingerprint[4] < status.st_ctime_ns
-            ):
-                self._known[key] = attrs.evolve(known, settled=True)
+        with self._lock:
+            for key, known in self._known.items():
+                if (
+                    not known.settled
+                    and known.fingerprint[0] == status.st_dev
+                    and known.fingerprint[4] < status.st_ctime_ns
+                ):
+                    self._known[key] = attrs.evolve(known, settled=True)
 
     def sha256(
         self, path: Path | str, *, follow_symlinks: bool, stop: StopWhen | None = None
@@ -426,8 +447,10 @@ class FileLedger:
             sha256, recorded = _hash_descriptor(fd, os.fspath(path), stop)
         finally:
             os.close(fd)
-        self.hashed_bytes += recorded[2]
-        self._known[key] = _Known(recorded, sha256, self._settled(recorded))
+        known = _Known(recorded, sha256, self._settled(recorded))
+        with self._lock:
+            self.hashed_bytes += recorded[2]
+            self._known[key] = known
         return sha256
 
 

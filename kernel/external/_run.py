@@ -47,6 +47,7 @@ from kernel.external._identity import CheckIdentity
 from kernel.external._job import Job
 from kernel.external._manifest import CheckEntry
 from kernel.external._outcome import Reason, RunKind, RunOutcome
+from kernel.external._pin_cache import PinCache
 from kernel.external._settings import Progress, Role, RunLimits, Stage
 from kernel.external._steps import (
     Block,
@@ -85,6 +86,7 @@ def run_check(
     progress: Progress | None = None,
     max_containment: ContainmentLevel | None = None,
     supplied_evidence: Mapping[str, bytes] | None = None,
+    pins: PinCache | None = None,
 ) -> RunOutcome:
     """Run the producer and the checker of ``entry`` for ``job`` in a fresh directory.
 
@@ -95,6 +97,12 @@ def run_check(
     and everything after (the evidence hash, the checker with a fresh
     request, the receipt rules) is a run's. Its names must be exactly the
     entry's ``evidence_artifacts`` (``ValueError`` before anything is made).
+
+    With ``pins`` (a run's ``PinCache``, shared by its attempts in this
+    process) the pinned files are checked through the cache's ledger and the
+    sealed copies are the cache's: a pinned file whose settled fingerprint
+    still holds is not read again. The checks, their failures and the
+    records are those of a run without it.
 
     Returns PASS only for an accepting valid receipt, else BLOCKED with a
     ``Reason``. Raises ``RunDirectoryError`` if ``run_root/run_id`` cannot be
@@ -110,7 +118,7 @@ def run_check(
     require_utf8_path(os.path.abspath(manifest_path), "manifest path")
     require_utf8_path(os.path.abspath(repository_root), "repository root")
     limits = limits_for(entry, limits)
-    attempt = fresh_attempt(run_root, run_id)
+    attempt = fresh_attempt(run_root, run_id, pins)
     rec = Recorder(
         kind=RunKind.RUN,
         run_id=run_id,

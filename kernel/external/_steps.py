@@ -177,7 +177,7 @@ def build_identity(
     """
     failure = first_pin_failure(
         all_pins(entry) if producer else entry.checker.pins(),
-        attempt.files,
+        attempt.pins,
         sealed=attempt.sealed,
         sealing=_sealed_paths(entry, attempt, producer=producer),
     )
@@ -364,11 +364,13 @@ def launch(
     if argv[0] != command.executable.path:  # the manifest validator makes this an invariant
         raise Block(Reason.LAUNCH_FAILED, f"{role.value} argv[0] is not the pinned executable")
     recheck_pins(
-        recheck, Reason.PIN_CHANGED_BEFORE_LAUNCH, f"before the {role.value} launch", attempt.files
+        recheck, Reason.PIN_CHANGED_BEFORE_LAUNCH, f"before the {role.value} launch", attempt.pins
     )
     executable, argv, scripts = _sealed_command(role, command, argv, attempt)
     # Any change the step makes is stamped later than its request (FileLedger.settle).
     attempt.files.settle(attempt.role_dir(role) / "request.json")
+    if attempt.pins is not attempt.files:
+        attempt.pins.settle(attempt.role_dir(role) / "request.json")
     view: StepView | None = None
     if containment is ContainmentLevel.SANDBOX:
         view = step_view(role, entry, attempt)
@@ -500,7 +502,7 @@ def check_phase(
         entry.checker.pins(),
         Reason.PIN_CHANGED_DURING_RUN,
         "after the checker exited",
-        attempt.files,
+        attempt.pins,
     )
     verify_snapshot(attempt, rec.inputs, Reason.SNAPSHOT_CHANGED, "after the checker")
     try:

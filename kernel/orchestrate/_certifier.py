@@ -79,6 +79,7 @@ from kernel.external import (
     content_digest,
     identity_object,
     load_manifest,
+    process_pin_cache,
     run_check,
     seal_job,
 )
@@ -356,6 +357,7 @@ class ExternalCertifier:
             limits=self.limits,
             environment=dict(self.environment),
             supplied_evidence=supplied,
+            pins=process_pin_cache(),
         )
         if self.store is not None and supplied is None and outcome.status is Status.PASS:
             inserted = self._insert(key, problem_digest(problem), outcome)
