@@ -41,8 +41,11 @@ def _rewrite_keeping_mtime(path: Path, data: bytes) -> None:
 
 def _pinned_bytes(scenario: Scenario, helper: Path) -> int:
     """What one attempt reads of its pinned files: the executable, both scripts, the helper."""
-    paths = {scenario.executable, scenario.producer_script, scenario.checker_script, helper}
-    return sum(os.stat(path).st_size for path in {os.path.realpath(p) for p in paths})
+    paths: set[str] = {
+        os.path.realpath(path)
+        for path in (scenario.executable, scenario.producer_script, scenario.checker_script, helper)
+    }
+    return sum(os.stat(path).st_size for path in paths)
 
 
 @pytest.fixture
