@@ -28,9 +28,10 @@ Theory of operation:
   (``_sharded_run``) are jobs too.
 - Faults. Classification is pure and deterministic, so a shard may be run
   again without changing a byte; a shard's result is taken exactly once, in
-  order, so nothing is lost or written twice. A process pool whose worker
-  died (``BrokenProcessPool``) is replaced and every shard not yet taken is
-  submitted again, at most ``MAX_RESTARTS`` times; Dask re-runs a lost
+  order, so nothing is lost or written twice. A process worker that died
+  (even halfway through writing a result: each worker has its own pipe,
+  ``_worker_pool``) is replaced and the shard it was running is run again,
+  at most ``MAX_RESTARTS`` deaths per run; Dask re-runs a lost
   worker's tasks itself (its ``allowed-failures``). Past that, or when a
   shard fails for any other reason, ``ShardError`` (``worker_lost``,
   ``shard_failed``) is raised: the run fails closed, the caller writes no
@@ -46,17 +47,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
-import multiprocessing
 import os
 import pickle
 import signal
 import tempfile
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Executor
 from typing import Any, Final, Literal, TypeVar, assert_never, cast, final
 
 import attrs
@@ -76,9 +74,9 @@ from kernel.orchestrate._executors import (
     _second_interrupts_ignored,
     _unreachable,
     check_executor_spec,
-    held_interrupts,
     local_client,
 )
+from kernel.orchestrate._worker_pool import Task, TaskFailed, WorkerPool
 from kernel.orchestrate.errors import ExecutorSetupError, OrchestrateError
 from kernel.organs import builtin_manifest, certified_manifest
 from kernel.replay import (
@@ -397,43 +395,23 @@ class ShardRunner:
 
 @final
 class _ProcessShards(ShardRunner):
+    """Shards on spawned workers with a pipe each (``_worker_pool``): a worker that dies,
+    even halfway through writing a result, is replaced and its shard run again."""
+
     def __init__(self, shared: SharedRun, workers: int, in_flight: int | None) -> None:
         super().__init__(workers, in_flight)
-        self._shared = shared
         self._directory = tempfile.mkdtemp(prefix="kernel-shards-")  # mode 0700
         self._path = os.path.join(self._directory, "shared.pickle")
         try:
             with open(self._path, "xb") as handle:
                 pickle.dump((shared.layout, shared.lines), handle, pickle.HIGHEST_PROTOCOL)
-            self._pool = self._started()
+            self._pool = WorkerPool(
+                workers, _initialize, (self._path, shared.token),
+                on_death=self._count_restart, stop_seconds=STOP_SECONDS,
+            )
         except BaseException:
             self._remove()
             raise
-
-    def _start(self) -> ProcessPoolExecutor:
-        """A pool whose workers are all started now, each with SIGINT ignored from birth.
-
-        A spawned interpreter keeps an ignored SIGINT ignored, so a terminal's
-        Ctrl-C, which reaches the whole group, cannot interrupt a worker that
-        is still importing (and print its traceback) before its initializer
-        runs. SIGINT is ignored here only while the workers are spawned (one
-        no-op task each: the pool spawns a worker per submit while none is
-        idle); a Ctrl-C in that window of a few milliseconds is not seen.
-        """
-        pool: ProcessPoolExecutor | None = None
-        try:  # signals wait until every worker is spawned (``_executors._Pool``)
-            with held_interrupts(), _sigint_ignored():
-                pool = ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_initialize, initargs=(self._path, self._shared.token),
-                )
-                for _ in range(self.workers):
-                    pool.submit(os.getpid)
-        except BaseException:
-            if pool is not None:
-                stop_pool(pool)
-            raise
-        return pool
 
     def _remove(self) -> None:
         with contextlib.suppress(OSError):
@@ -441,47 +419,14 @@ class _ProcessShards(ShardRunner):
         with contextlib.suppress(OSError):
             os.rmdir(self._directory)
 
-    def _submit(self, job: Job) -> Future[Any]:
-        try:
-            return self._pool.submit(job.fn, None, *job.args)
-        except (BrokenProcessPool, OSError) as exc:
-            # A worker died since (taken, and re-run, in order). OSError: the broken
-            # pool's manager closed its wake-up pipe ("handle is closed", CPython 3.11).
-            future: Future[Any] = Future()
-            future.set_exception(
-                exc if isinstance(exc, BrokenProcessPool) else BrokenProcessPool(str(exc)))
-            return future
+    def _submit(self, job: Job) -> Task:
+        return self._pool.submit(job.fn, (None, *job.args))
 
     def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
-        future: Future[Any] = handle
-        while True:
-            try:
-                result: object = future.result()
-                return result
-            except BrokenProcessPool as exc:
-                # A worker died (killed, out of memory): every shard not yet
-                # taken is run again on a fresh pool; none was written yet.
-                future = self._restart(exc, pending)
-            except Exception as exc:
-                raise ShardError("shard_failed", f"{type(exc).__name__}: {exc}") from exc
-
-    def _restart(self, cause: BaseException, pending: deque[tuple[Job, Any]]) -> Future[Any]:
-        """A fresh pool with every job not yet taken on it; the oldest job's future."""
-        self._count_restart(cause)
-        stop_pool(self._pool)
-        self._pool = self._started()
-        for position, (job, _) in enumerate(pending):
-            pending[position] = (job, self._submit(job))
-        future: Future[Any] = pending[0][1]
-        return future
-
-    def _started(self) -> ProcessPoolExecutor:
-        """``_start``, again while a worker dies as its pool starts (each time a restart)."""
-        while True:
-            try:
-                return self._start()
-            except (BrokenProcessPool, OSError) as exc:
-                self._count_restart(exc)
+        try:
+            return self._pool.result(handle)
+        except TaskFailed as exc:
+            raise ShardError("shard_failed", str(exc)) from exc
 
     def _count_restart(self, cause: BaseException) -> None:
         self.restarts += 1
@@ -494,66 +439,12 @@ class _ProcessShards(ShardRunner):
     def close(self, *, failed: bool) -> None:
         try:
             if failed:
-                stop_pool(self._pool)
+                self._pool.close(failed=True)
             else:
                 with _second_interrupts_ignored():  # every shard is in: not cut short
-                    self._pool.shutdown(wait=True)
+                    self._pool.close(failed=False)
         finally:
             self._remove()
-
-
-def stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel what is queued, SIGTERM every worker, SIGKILL what is left after a bound.
-
-    Pure classification holds no child process and no file of its own, so
-    ending a worker at once loses nothing that a re-run would not redo.
-    """
-    processes: object = getattr(pool, "_processes", None)
-    workers = list(processes.values()) if isinstance(processes, dict) else []
-    manager: object = getattr(pool, "_executor_manager_thread", None)
-    # A broken pool's manager thread may have closed the pipes shutdown writes to
-    # (OSError "handle is closed"): the workers are stopped below all the same.
-    with contextlib.suppress(OSError):
-        pool.shutdown(wait=False, cancel_futures=True)
-    for process in workers:
-        _signal(process, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_SECONDS
-    for process in workers:
-        join = getattr(process, "join", None)
-        if callable(join):
-            join(max(0.0, deadline - time.monotonic()))
-    for process in workers:
-        alive = getattr(process, "is_alive", None)
-        if callable(alive) and alive():
-            _signal(process, signal.SIGKILL)
-            join = getattr(process, "join", None)
-            if callable(join):
-                join(STOP_SECONDS)
-    if isinstance(manager, threading.Thread):
-        # It closes the pool's wake-up pipe once the workers are gone; left
-        # running, it raced the interpreter's exit hook writing to that pipe
-        # ("Exception ignored ... OSError: Bad file descriptor"; issue 20).
-        manager.join(STOP_SECONDS)
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: the workers inherit what it has
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _signal(process: object, signum: signal.Signals) -> None:
-    pid = getattr(process, "pid", None)
-    if isinstance(pid, int):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,276 @@
+"""Spawned worker processes, each with its own pipe: a worker's death is an end of file.
+
+Why not ``concurrent.futures.ProcessPoolExecutor`` (which sharded replay
+used first): its workers all write results into one shared pipe that the
+parent holds open at both ends. A worker killed halfway through writing a
+result larger than the pipe's buffer (a shard's outcome lines are tens of
+kilobytes) leaves a partial message, and the pool's manager thread waits for
+the rest for ever: no end of file can come while the parent and the other
+workers hold the write end. ``kernel replay --workers 2`` hung that way in
+CI after a worker was SIGKILLed (``tests/test_shard_workers.py`` kills a
+worker exactly there).
+
+Theory of operation:
+
+- each worker is a spawned interpreter holding one end of its own duplex
+  pipe; the parent closes its copy of that end at once, so the worker is the
+  only writer: if it dies, a read in the parent returns what was complete
+  and then ``EOFError``, never blocks; a write to it fails with
+  ``BrokenPipeError``;
+- a worker runs one task at a time. ``submit`` queues a task; a task is
+  sent only to an idle worker (so no task waits in a pipe buffer, and a
+  send never waits on a busy worker); ``result(task)`` serves the pool
+  (reads finished results, sends queued tasks) until that task has ended;
+- a worker that dies (end of file, a broken pipe, its process exited) is
+  replaced by a fresh one, and the task it was running goes back to the
+  front of the queue; ``on_death(cause)``, called first, may raise instead
+  (the caller's bound on deaths);
+- a task that raises in the worker ends with ``TaskFailed`` carrying its
+  type and message; so does a result that cannot be pickled;
+- workers are spawned with SIGINT ignored from birth (a terminal's Ctrl-C
+  reaches the whole group; the caller decides) and with SIGINT and SIGTERM
+  held in the parent meanwhile (a handler raising between the spawn and the
+  write of the child's start-up data left it printing ``EOFError``);
+- ``close`` ends the workers: an end of file and a bounded wait after a
+  complete run, SIGTERM then SIGKILL after ``stop_seconds`` otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Final, final
+
+from kernel.orchestrate._executors import held_interrupts
+
+__all__ = ["Task", "TaskFailed", "WorkerPool"]
+
+_IDLE: Final = None
+
+
+class TaskFailed(Exception):
+    """A task raised in its worker (or its result could not be sent back)."""
+
+
+@final
+class Task:
+    """One call ``fn(*args)`` to run on some worker; ``done`` once its outcome is known."""
+
+    __slots__ = ("args", "done", "error", "fn", "value")
+
+    def __init__(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
+        self.fn = fn
+        self.args = args
+        self.done = False
+        self.value: object = None
+        self.error: str | None = None
+
+
+@final
+class _Worker:
+    __slots__ = ("connection", "process", "task")
+
+    def __init__(self, process: BaseProcess, connection: Connection) -> None:
+        self.process = process
+        self.connection = connection
+        self.task: Task | None = _IDLE
+
+
+def _serve(
+    connection: Connection,
+    initializer: Callable[..., None],
+    initargs: tuple[object, ...],
+) -> None:
+    """A worker's life: initialize, then run one task per message until the pipe ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    try:
+        initializer(*initargs)
+    except Exception:  # the parent sees this worker die and counts it
+        os._exit(1)
+    while True:
+        try:
+            message = connection.recv()
+        except (EOFError, OSError):
+            return
+        fn, args = message
+        try:
+            reply: tuple[bool, object] = (True, fn(*args))
+        except Exception as exc:
+            reply = (False, f"{type(exc).__name__}: {exc}")
+        try:
+            connection.send(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        except Exception as exc:  # the result cannot be pickled: nothing was written
+            connection.send((False, f"{type(exc).__name__}: {exc}"))
+
+
+@final
+class WorkerPool:
+    """``workers`` spawned processes, each run through ``initializer(*initargs)`` once."""
+
+    def __init__(
+        self,
+        workers: int,
+        initializer: Callable[..., None],
+        initargs: tuple[object, ...],
+        *,
+        on_death: Callable[[BaseException], None],
+        stop_seconds: float,
+    ) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self._initializer = initializer
+        self._initargs = initargs
+        self._on_death = on_death
+        self._stop_seconds = stop_seconds
+        self._queue: deque[Task] = deque()
+        self._workers: list[_Worker] = []
+        try:
+            for _ in range(workers):
+                self._workers.append(self._spawn())
+        except BaseException:
+            self.close(failed=True)
+            raise
+
+    def _spawn(self) -> _Worker:
+        """A fresh worker (raises ``OSError`` if it cannot be started)."""
+        ours, theirs = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=_serve, args=(theirs, self._initializer, self._initargs), daemon=True
+        )
+        try:
+            with held_interrupts(), _sigint_ignored():
+                process.start()
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # the worker holds the only other end now
+        return _Worker(process, ours)
+
+    def submit(self, fn: Callable[..., object], args: tuple[object, ...]) -> Task:
+        """Queue ``fn(*args)``; it is sent to the first idle worker."""
+        task = Task(fn, args)
+        self._queue.append(task)
+        self._dispatch()
+        return task
+
+    def result(self, task: Task) -> object:
+        """``task``'s value, once it has ended (``TaskFailed`` if it raised)."""
+        while not task.done:
+            self._serve_once()
+        if task.error is not None:
+            raise TaskFailed(task.error)
+        return task.value
+
+    def _dispatch(self) -> None:
+        for worker in list(self._workers):
+            if not self._queue:
+                return
+            if worker.task is not _IDLE:
+                continue
+            task = self._queue.popleft()
+            worker.task = task
+            try:
+                worker.connection.send((task.fn, task.args))
+            except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
+                self._lost(worker, exc)
+                return self._dispatch()
+
+    def _serve_once(self) -> None:
+        """Wait for one event: a result, or a worker's death; then send what is queued."""
+        busy = [worker for worker in self._workers if worker.task is not _IDLE]
+        watched: list[Connection | int] = [worker.connection for worker in busy]
+        watched += [worker.process.sentinel for worker in self._workers]
+        ready = wait(watched)
+        for worker in list(self._workers):
+            if worker.connection in ready:
+                try:
+                    ok, value = worker.connection.recv()
+                except (EOFError, OSError) as exc:
+                    self._lost(worker, exc)
+                    continue
+                task, worker.task = worker.task, _IDLE
+                if task is not None:
+                    task.done = True
+                    if ok:
+                        task.value = value
+                    else:
+                        task.error = str(value)
+            elif worker.process.sentinel in ready:
+                self._lost(worker, EOFError(f"exit code {worker.process.exitcode}"))
+        self._dispatch()
+
+    def _lost(self, worker: _Worker, cause: BaseException) -> None:
+        """``worker`` died: its task goes back to the front; a fresh worker takes its place."""
+        self._workers.remove(worker)
+        if worker.task is not None:
+            self._queue.appendleft(worker.task)
+            worker.task = _IDLE
+        died = OSError(f"a worker process died (pid {worker.process.pid}: {cause})")
+        _end(worker, 0.0)
+        while True:
+            self._on_death(died)
+            try:
+                self._workers.append(self._spawn())
+                return
+            except OSError as exc:
+                died = exc
+
+    def close(self, *, failed: bool) -> None:
+        """Stop every worker: gently after a complete run, at once otherwise (bounded)."""
+        workers, self._workers = self._workers, []
+        self._queue.clear()
+        if not failed:
+            for worker in workers:
+                worker.connection.close()  # an end of file: the worker returns
+            deadline = time.monotonic() + self._stop_seconds
+            for worker in workers:
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            if worker.process.is_alive():
+                _signal(worker.process, signal.SIGTERM)
+        deadline = time.monotonic() + self._stop_seconds
+        for worker in workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            _end(worker, self._stop_seconds)
+
+
+def _end(worker: _Worker, within: float) -> None:
+    """``worker``'s process SIGKILLed if still alive, reaped; its pipe closed."""
+    if worker.process.is_alive():
+        _signal(worker.process, signal.SIGKILL)
+    worker.process.join(within if within > 0 else None)
+    with contextlib.suppress(OSError):
+        worker.connection.close()
+    with contextlib.suppress(ValueError):
+        worker.process.close()
+
+
+def _signal(process: BaseProcess, signum: signal.Signals) -> None:
+    pid = process.pid
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while a worker is spawned: a spawned interpreter keeps it ignored."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: the workers inherit what it has
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

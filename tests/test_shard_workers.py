@@ -1,0 +1,108 @@
+"""Sharded replay's process workers: a worker that dies while it returns a result.
+
+CI saw ``kernel replay --workers 2`` hang for good after one worker was
+SIGKILLed (``test_replay_sharded``, about 1 run in 40): the command and one
+original worker alive, no replacement. CPython's ``ProcessPoolExecutor``
+reads every worker's result from one shared pipe; a worker killed halfway
+through writing a result leaves a partial message that the pool's manager
+thread waits on for ever, since the surviving workers and the parent itself
+keep the pipe's write end open, so no end of file ever comes. A shard's
+result is tens of kilobytes (its outcome lines), larger than a pipe's
+buffer, so the window was real.
+
+Here the worker kills itself deterministically in that window: its job
+returns a large result, and a thread of the same worker sends it SIGKILL as
+soon as the worker's thread is inside the write(2) of the result
+(``/proc/self/task/<tid>/syscall``), i.e. in the middle of the result's
+write. The runner must replace the worker,
+run the job again, hand back both results exactly once, in order, and
+finish within a bound.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.orchestrate_helpers import ROOT
+
+_RESULT_BYTES = 48 * 1024 * 1024
+
+
+def _writing_a_large_buffer(tid: int) -> bool:
+    """True while thread ``tid`` of this process is inside write(2) of more than 1 MiB."""
+    try:
+        fields = Path(f"/proc/self/task/{tid}/syscall").read_text().split()
+    except OSError:
+        return False
+    # "<number> <arg1> <arg2> <arg3> ...": write(2) is 1 on x86_64, 64 on aarch64.
+    return len(fields) > 3 and fields[0] in ("1", "64") and int(fields[3], 16) > 1 << 20
+
+
+def large_result_dying_once(shared: object, marker: str, number: int) -> bytes:
+    """A job (run on a worker): ``number`` repeated; the first call of the run dies
+    while its result is being written to the parent."""
+    try:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return bytes([number]) * _RESULT_BYTES
+    worker = threading.get_native_id()
+
+    def kill_mid_write() -> None:
+        # The pipe holds 64 KiB: the write of a 48 MiB result blocks in the
+        # kernel until the parent has read nearly all of it.
+        while not _writing_a_large_buffer(worker):
+            time.sleep(0.0002)
+        time.sleep(0.002)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=kill_mid_write, daemon=True).start()
+    return bytes([number]) * _RESULT_BYTES
+
+
+_RUN = """
+import sys
+from kernel.orchestrate._shards import Job, process_shards, shared_document
+from tests.test_shard_workers import large_result_dying_once
+data = open(sys.argv[1], "rb").read()
+with process_shards(shared_document(data), 2) as runner:
+    for number in range(4):
+        runner.submit(Job(large_result_dying_once, (sys.argv[2], number)))
+    for number in range(4):
+        job, result = runner.take()
+        assert job.args[1] == number, job.args
+        assert result == bytes([number]) * len(result) and len(result) > 0
+        print(number, len(result), flush=True)
+print("restarts", runner.restarts, flush=True)
+"""
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_worker_killed_while_writing_its_result_is_replaced_and_its_job_run_again(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "died-once"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _RUN, str(ROOT / "examples" / "replay" / "bundle.json"),
+         str(marker)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"the runner hung after its worker died mid-write: {stdout!r} {stderr!r}")
+    assert marker.exists()  # the first job did arm its kill
+    size = _RESULT_BYTES
+    assert stdout.decode().splitlines() == [
+        f"{number} {size}" for number in range(4)
+    ] + ["restarts 1"], stderr.decode(errors="replace")[-3000:]
+    assert process.returncode == 0, stderr.decode(errors="replace")[-3000:]
