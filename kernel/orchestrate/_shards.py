@@ -114,6 +114,8 @@ __all__ = [
 # then well under 1% of the shard's classification.
 DEFAULT_SHARD_SIZE: Final = 500
 MAX_RESTARTS: Final = 3
+# Lines handed to the caller between two polls of the workers (``ShardRunner.poll``).
+_POLL_EVERY: Final = 64
 STOP_SECONDS: Final = 3.0
 
 Attempt = ReadyAttempt | RefusedAttempt
@@ -353,6 +355,9 @@ class ShardRunner:
     def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
         raise NotImplementedError
 
+    def poll(self) -> None:
+        """Serve the workers without waiting (while the caller writes a shard's lines)."""
+
     @property
     def pending(self) -> int:
         """Jobs submitted and not yet taken."""
@@ -390,6 +395,8 @@ class ShardRunner:
             assert isinstance(taken, Shard)
             results = cast(tuple[_Classified, ...], found)
             for offset, (attempt_id, kept, line) in enumerate(results):
+                if offset % _POLL_EVERY == _POLL_EVERY - 1:
+                    self.poll()
                 yield taken.start + offset, attempt_id, cast(_Summary, kept), line
 
 
@@ -427,6 +434,9 @@ class _ProcessShards(ShardRunner):
             return self._pool.result(handle)
         except TaskFailed as exc:
             raise ShardError("shard_failed", str(exc)) from exc
+
+    def poll(self) -> None:
+        self._pool.poll()
 
     def _count_restart(self, cause: BaseException) -> None:
         self.restarts += 1

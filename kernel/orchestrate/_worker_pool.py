@@ -17,13 +17,16 @@ Theory of operation:
   only writer: if it dies, a read in the parent returns what was complete
   and then ``EOFError``, never blocks; a write to it fails with
   ``BrokenPipeError``;
-- a worker runs one task at a time. ``submit`` queues a task; a task is
-  sent only to an idle worker (so no task waits in a pipe buffer, and a
-  send never waits on a busy worker); ``result(task)`` serves the pool
+- a worker runs one task at a time and holds at most ``DEPTH`` (2): the
+  next one is sent while the current one runs, so a worker never idles
+  while the parent is busy with an earlier result; a reader thread in the
+  worker takes each message off the pipe at once, so a send never waits on
+  a busy worker. ``submit`` queues a task; ``result(task)`` serves the pool
   (reads finished results, sends queued tasks) until that task has ended;
+  a worker's results come back in the order of its tasks;
 - a worker that dies (end of file, a broken pipe, its process exited) is
-  replaced by a fresh one, and the task it was running goes back to the
-  front of the queue; ``on_death(cause)``, called first, may raise instead
+  replaced by a fresh one, and the tasks it held go back to the front of
+  the queue, in order; ``on_death(cause)``, called first, may raise instead
   (the caller's bound on deaths);
 - a task that raises in the worker ends with ``TaskFailed`` carrying its
   type and message; so does a result that cannot be pickled;
@@ -40,19 +43,22 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import queue
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Final, final
+from typing import Final, cast, final
 
 from kernel.orchestrate._executors import held_interrupts
 
 __all__ = ["Task", "TaskFailed", "WorkerPool"]
 
-_IDLE: Final = None
+#: Tasks a worker holds at once: the one it runs and the next.
+DEPTH: Final = 2
 
 
 class TaskFailed(Exception):
@@ -75,12 +81,12 @@ class Task:
 
 @final
 class _Worker:
-    __slots__ = ("connection", "process", "task")
+    __slots__ = ("connection", "process", "tasks")
 
     def __init__(self, process: BaseProcess, connection: Connection) -> None:
         self.process = process
         self.connection = connection
-        self.task: Task | None = _IDLE
+        self.tasks: deque[Task] = deque()  # sent, in order; results come back in this order
 
 
 def _serve(
@@ -94,12 +100,22 @@ def _serve(
         initializer(*initargs)
     except Exception:  # the parent sees this worker die and counts it
         os._exit(1)
+    inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+
+    def read() -> None:  # off the pipe at once: the parent's send never waits on a task
+        while True:
+            try:
+                inbox.put(connection.recv())
+            except (EOFError, OSError):
+                inbox.put(None)
+                return
+
+    threading.Thread(target=read, daemon=True).start()
     while True:
-        try:
-            message = connection.recv()
-        except (EOFError, OSError):
+        message = inbox.get()
+        if message is None:
             return
-        fn, args = message
+        fn, args = cast(tuple[Callable[..., object], tuple[object, ...]], message)
         try:
             reply: tuple[bool, object] = (True, fn(*args))
         except Exception as exc:
@@ -171,25 +187,33 @@ class WorkerPool:
         return task.value
 
     def _dispatch(self) -> None:
-        for worker in list(self._workers):
-            if not self._queue:
+        """Send queued tasks, the least loaded worker first, up to ``DEPTH`` each."""
+        while self._queue:
+            worker = min(self._workers, key=lambda w: len(w.tasks), default=None)
+            if worker is None or len(worker.tasks) >= DEPTH:
                 return
-            if worker.task is not _IDLE:
-                continue
             task = self._queue.popleft()
-            worker.task = task
+            worker.tasks.append(task)
             try:
                 worker.connection.send((task.fn, task.args))
             except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
                 self._lost(worker, exc)
-                return self._dispatch()
 
-    def _serve_once(self) -> None:
+    def poll(self) -> None:
+        """Take what has arrived and send what is queued, without waiting.
+
+        A worker's result larger than the pipe's buffer is written only as
+        fast as the parent reads it: a caller busy with an earlier result
+        calls this now and then, so no worker stalls on its send meanwhile.
+        """
+        self._serve_once(timeout=0.0)
+
+    def _serve_once(self, timeout: float | None = None) -> None:
         """Wait for one event: a result, or a worker's death; then send what is queued."""
-        busy = [worker for worker in self._workers if worker.task is not _IDLE]
+        busy = [worker for worker in self._workers if worker.tasks]
         watched: list[Connection | int] = [worker.connection for worker in busy]
         watched += [worker.process.sentinel for worker in self._workers]
-        ready = wait(watched)
+        ready = wait(watched, timeout)
         for worker in list(self._workers):
             if worker.connection in ready:
                 try:
@@ -197,23 +221,21 @@ class WorkerPool:
                 except (EOFError, OSError) as exc:
                     self._lost(worker, exc)
                     continue
-                task, worker.task = worker.task, _IDLE
-                if task is not None:
-                    task.done = True
-                    if ok:
-                        task.value = value
-                    else:
-                        task.error = str(value)
+                task = worker.tasks.popleft()
+                task.done = True
+                if ok:
+                    task.value = value
+                else:
+                    task.error = str(value)
             elif worker.process.sentinel in ready:
                 self._lost(worker, EOFError(f"exit code {worker.process.exitcode}"))
         self._dispatch()
 
     def _lost(self, worker: _Worker, cause: BaseException) -> None:
-        """``worker`` died: its task goes back to the front; a fresh worker takes its place."""
+        """``worker`` died: its tasks go back to the front; a fresh worker takes its place."""
         self._workers.remove(worker)
-        if worker.task is not None:
-            self._queue.appendleft(worker.task)
-            worker.task = _IDLE
+        self._queue.extendleft(reversed(worker.tasks))
+        worker.tasks.clear()
         died = OSError(f"a worker process died (pid {worker.process.pid}: {cause})")
         _end(worker, 0.0)
         while True:
