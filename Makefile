@@ -59,7 +59,7 @@ typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
 	$(BIN)/mypy --strict kernel tests
 
 unit: $(STAMP) sandbox-tools  ## pytest with the bounded Hypothesis profile
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider --durations=30
 
 test: lint typecheck unit  ## everything CI runs
 

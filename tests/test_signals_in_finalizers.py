@@ -55,3 +55,36 @@ def test_a_sigterm_outside_any_finalizer_is_raised_at_once() -> None:
     )
     assert done.stdout == b"terminated\n", (done.stdout, done.stderr)
     assert done.returncode == 143
+
+
+_IN_A_WEAKREF_CALLBACK = """
+import os, signal, sys, time, weakref
+from kernel.commands._signals import Terminated, terminate_as_interrupt
+terminate_as_interrupt()
+class Target:
+    pass
+def callback(ref):  # a plain function: no frame fragile_frame knows
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):
+        pass
+target = Target()
+ref = weakref.ref(target, callback)
+try:
+    del target  # the callback runs here; an exception raised in it is dropped
+    time.sleep(5)  # the interrupt, sent again by the unraisable hook, arrives here
+except Terminated:
+    print("terminated")
+    sys.exit(143)
+print("never signalled")
+"""
+
+
+def test_a_sigterm_dropped_in_a_weakref_callback_is_sent_again_and_terminates() -> None:
+    # CI: "Exception ignored in: 'Path'", then kernel replay exited 0 after a SIGINT.
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_A_WEAKREF_CALLBACK], cwd=ROOT, capture_output=True,
+        timeout=30,
+    )
+    assert done.stdout == b"terminated\n", (done.stdout, done.stderr)
+    assert done.returncode == 143
+    assert b"Exception ignored" not in done.stderr and b"Traceback" not in done.stderr

@@ -56,11 +56,35 @@ def raise_interrupt(signum: int, frame: FrameType | None, exc: type[KeyboardInte
     The signal is sent again to this process after 50 ms, out of that frame.
     """
     if fragile_frame(frame):
-        timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
-        timer.daemon = True
-        timer.start()
+        _send_again(signum)
         return
     raise exc
+
+
+def _unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    """An interrupt dropped where Python cannot raise: sent again in 50 ms, never printed.
+
+    ``fragile_frame`` knows the finalizers and import callbacks seen so far;
+    others drop an exception too (weak-reference and garbage-collector
+    callbacks, C finalizers: CI saw "Exception ignored in: 'Path'" and a
+    ``kernel replay`` interrupted by SIGINT exit 0). Whatever the context,
+    the interrupt reaches this hook instead of the command's ``except``: it
+    is re-sent, so the command still stops with 130 or 143.
+    """
+    kind = unraisable.exc_type
+    if kind is not None and issubclass(kind, KeyboardInterrupt):
+        _send_again(signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT)
+        return
+    _previous_unraisablehook(unraisable)
+
+
+_previous_unraisablehook = sys.unraisablehook
+
+
+def _send_again(signum: int) -> None:
+    timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
@@ -80,6 +104,7 @@ def terminate_as_interrupt() -> None:
         signal.signal(signal.SIGTERM, _raise_terminated)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
+        sys.unraisablehook = _unraisable
 
 
 def ignore_from_now() -> None:
