@@ -58,8 +58,12 @@ lint: $(STAMP)  ## ruff
 typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
 	$(BIN)/mypy --strict kernel tests
 
-unit: $(STAMP) sandbox-tools  ## pytest with the bounded Hypothesis profile
-	$(BIN)/pytest -q -p no:cacheprovider --durations=30
+# Two passes: everything not marked serial on PYTEST_WORKERS processes, then the
+# serial tests (time bounds, signals at chosen moments) alone. See tests/conftest.py.
+PYTEST_WORKERS ?= 2
+unit: $(STAMP) sandbox-tools  ## pytest with the bounded Hypothesis profile (parallel pass, then the serial tests alone)
+	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not serial' --durations=20
+	$(BIN)/pytest -q -p no:cacheprovider -m serial --durations=20
 
 test: lint typecheck unit  ## everything CI runs
 

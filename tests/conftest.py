@@ -74,3 +74,24 @@ def cold_validation_plans() -> None:
     from kernel.replay import _facts
 
     _facts._PLANS.clear()
+
+
+# Tests that time a process or signal one at a chosen moment: the launch-kill
+# and interrupt loops, deadlines, "gone within N s". `make unit` runs the rest
+# on two processes (pytest-xdist) and these after, alone (-m serial), so that
+# their bounds measure the kernel, not a neighbour's load.
+_SERIAL_MODULES = frozenset({
+    "test_cli_interrupts", "test_cli_newcomer", "test_cli_run_resume", "test_containment",
+    "test_evidence_limits", "test_external_process", "test_orchestrate_scale",
+    "test_pool_spawn_signals", "test_shard_workers", "test_signals_in_finalizers",
+    "test_support",
+})  # fmt: skip
+_SERIAL_WORDS = ("killed", "interrupt", "signal", "sigterm", "sigint", "dying", "deadline")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        name = item.name.lower()
+        if module in _SERIAL_MODULES or any(word in name for word in _SERIAL_WORDS):
+            item.add_marker(pytest.mark.serial)
