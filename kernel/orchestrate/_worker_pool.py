@@ -172,7 +172,7 @@ class WorkerPool:
         return _Worker(process, ours)
 
     def submit(self, fn: Callable[..., object], args: tuple[object, ...]) -> Task:
-        """Queue ``fn(*args)``; it is sent to the first idle worker."""
+        """Queue ``fn(*args)``; it is sent to the least loaded worker with room (``DEPTH``)."""
         task = Task(fn, args)
         self._queue.append(task)
         self._dispatch()
