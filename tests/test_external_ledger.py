@@ -49,7 +49,7 @@ def _needs_stamping(path: Path) -> None:
         pytest.skip(f"{path} is not on a filesystem whose fingerprints the ledger trusts")
 
 
-def _rewrite_keeping_mtime(path: Path, data: bytes) -> None:
+def rewrite_keeping_mtime(path: Path, data: bytes) -> None:
     """Same size, other bytes, in place (same inode), atime and mtime put back."""
     before = os.stat(path)
     assert len(data) == before.st_size
@@ -105,7 +105,7 @@ def test_a_same_size_rewrite_with_its_mtime_put_back_is_seen(tmp_path: Path) -> 
     target = tmp_path / "input.bin"
     target.write_bytes(b"a" * 4096)
     ledger = _settled_ledger(tmp_path, target)
-    _rewrite_keeping_mtime(target, b"b" * 4096)
+    rewrite_keeping_mtime(target, b"b" * 4096)
     assert ledger.sha256(target, follow_symlinks=False) == hashlib.sha256(b"b" * 4096).hexdigest()
     assert ledger.hashed_bytes == 2 * 4096
 

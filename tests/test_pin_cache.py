@@ -20,6 +20,7 @@ import pytest
 
 from kernel.external import PinCache, Reason, RunOutcome, Status, process_pin_cache
 from tests.test_external_helpers import BELOW_SANDBOX, Scenario
+from tests.test_external_ledger import rewrite_keeping_mtime
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -28,15 +29,6 @@ def _stored(outcome: RunOutcome) -> dict[str, Any]:
     value = json.loads(Path(outcome.attempt_dir, "metadata.json").read_bytes())
     assert isinstance(value, dict)
     return value
-
-
-def _rewrite_keeping_mtime(path: Path, data: bytes) -> None:
-    """Same size, other bytes, same inode, atime and mtime put back: only ctime tells."""
-    before = os.stat(path)
-    assert len(data) == before.st_size
-    with open(path, "r+b") as handle:
-        handle.write(data)
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def _pinned_bytes(scenario: Scenario, helper: Path) -> int:
@@ -91,7 +83,7 @@ def test_a_pin_rewritten_between_attempts_blocks_the_next_one(
         b"import", b"Import", 1
     )
     assert forged != original and len(forged) == len(original)
-    _rewrite_keeping_mtime(target, forged)
+    rewrite_keeping_mtime(target, forged)
     blocked = run.run("run-2", pins=cache)
     assert blocked.status is Status.BLOCKED
     assert blocked.reason is Reason.PIN_MISMATCH
