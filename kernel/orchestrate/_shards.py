@@ -49,7 +49,6 @@ import gc
 import hashlib
 import os
 import pickle
-import signal
 import tempfile
 import threading
 from collections import deque
@@ -314,7 +313,6 @@ def _initialize(path: str, token: str) -> None:
     starting would leave the parent blocked forever on a shared part larger
     than the pipe's buffer. The bytes must give the token the caller named.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops the workers
     with open(path, "rb") as handle:
         layout, lines = pickle.load(handle)  # a file this run wrote, in a 0700 directory
     if layout not in ("stream", "document") or _token(layout, lines) != token:
@@ -352,7 +350,7 @@ class ShardRunner:
     def _submit(self, job: Job) -> Any:
         raise NotImplementedError
 
-    def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
+    def _take(self, handle: Any) -> object:
         raise NotImplementedError
 
     def poll(self) -> None:
@@ -370,7 +368,7 @@ class ShardRunner:
     def take(self) -> tuple[Job, object]:
         """The oldest job not yet taken and its result (waits for it); ``ShardError`` if lost."""
         job, handle = self._pending[0]
-        result = self._take(handle, self._pending)
+        result = self._take(handle)
         self._pending.popleft()
         return job, result
 
@@ -429,7 +427,7 @@ class _ProcessShards(ShardRunner):
     def _submit(self, job: Job) -> Task:
         return self._pool.submit(job.fn, (None, *job.args))
 
-    def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
+    def _take(self, handle: Any) -> object:
         try:
             return self._pool.result(handle)
         except TaskFailed as exc:
@@ -488,7 +486,7 @@ class _DaskShards(ShardRunner):
             self._futures = [f for f in self._futures if not f.done()]
         return future
 
-    def _take(self, handle: Any, pending: deque[tuple[Job, Any]]) -> object:
+    def _take(self, handle: Any) -> object:
         try:
             result: object = handle.result()
         except Exception as exc:
