@@ -80,12 +80,15 @@ def test_cold_warm_and_no_store_write_identical_outcomes(tmp_path: Path) -> None
         of_key = [(s["evidence"], s["lookup"], s["insert"]) for s in cold_sources
                   if s["key"] == key]  # fmt: skip
         assert of_key.count(("produced", "absent", "stored")) == 1, of_key
-        assert set(of_key) <= {("produced", "absent", "stored"), ("reused", "hit", None)}
+        # A repeat after the first passed reuses that certification whole (ADR-0019).
+        assert set(of_key) <= {("produced", "absent", "stored"), ("reused", "run", None)}
     warm_sources = _sources(warm)
     assert {(s["evidence"], s["lookup"], s["insert"]) for s in warm_sources.values()} == {
-        ("reused", "hit", None)
+        ("reused", "hit", None), ("reused", "run", None)
     }
-    for attempt, source in warm_sources.items():
+    hits = {a: s for a, s in warm_sources.items() if s["lookup"] == "hit"}
+    assert len(hits) == len({s["key"] for s in warm_sources.values()})  # one per problem
+    for attempt, source in hits.items():
         run = warm / attempt / "run"
         metadata = json.loads((run / "metadata.json").read_bytes())
         # The producer never ran; the checker did, on a fresh request, and passed.
@@ -132,7 +135,7 @@ def test_a_corrupt_entry_is_a_reported_miss_and_the_outcome_is_unchanged(tmp_pat
         of_key = [(s["evidence"], s["lookup"], s["insert"]) for s in after if s["key"] == key]
         assert of_key.count(("produced", "artifact_size_mismatch", "stored")) == 1, of_key
         assert set(of_key) <= {
-            ("produced", "artifact_size_mismatch", "stored"), ("reused", "hit", None)
+            ("produced", "artifact_size_mismatch", "stored"), ("reused", "run", None)
         }
     # Repaired: the next run reuses.
     again, outcomes_again, _ = _run(tmp_path, "again", store)
@@ -210,8 +213,8 @@ def test_a_nondeterministic_producer_is_recorded_as_a_conflict(
         (item,) = provider.gather(state)
     attempt = state.validated.request.replay_input.attempt_id
     source = json.loads((tmp_path / "work" / attempt / EVIDENCE_SOURCE).read_bytes())
-    assert source == {"evidence": "produced", "insert": "conflict", "key": key,
-                      "lookup": "absent"}  # fmt: skip
+    assert source == {"certified_by": None, "evidence": "produced", "insert": "conflict",
+                      "key": key, "lookup": "absent"}  # fmt: skip
     assert "nondeterministic producer" in caplog.text
     monkeypatch.setattr(EvidenceStore, "load", real_load)
     kept = store.load(key, ("target_certified.smt2", "z3-answer.txt"))

@@ -34,9 +34,14 @@ from kernel.audit._store import (
     read_bounded,
     sha256_file,
 )
-from kernel.external import Manifest, RunOutcome, Status, content_digest
+from kernel.external import Manifest, RunMetadata, RunOutcome, Status, content_digest
 from kernel.identity import digest
-from kernel.orchestrate import CERTIFICATION_RECORD, EVIDENCE_SOURCE, backend_output
+from kernel.orchestrate import (
+    CERTIFICATION_RECORD,
+    CERTIFIED_BY,
+    EVIDENCE_SOURCE,
+    backend_output,
+)
 from kernel.organs import (
     CHECK_CONTENT_SETTING,
     CertificationEvidence,
@@ -72,6 +77,9 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
             return None
     record = attempt / CERTIFICATION_RECORD
     certified = record.exists() or record.is_symlink()
+    pointer = attempt / CERTIFIED_BY
+    if pointer.exists() or pointer.is_symlink():
+        return _audit_reused(a, attempt, pointer, certified)
     metadata = audit_external(a, run) if (run / METADATA).exists() else None
     if metadata is None and (run.exists() or certified) and not (run / METADATA).exists():
         # The certifier writes certification.json only once its run has ended,
@@ -83,6 +91,85 @@ def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
     _audit_manifest_copy(a, attempt, run)
     if not certified:
         return None
+    return _audit_certification(a, attempt, run, metadata)
+
+
+def _audit_reused(
+    a: Auditor, attempt: Path, pointer: Path, certified: bool
+) -> CertificationEvidence | None:
+    """An attempt certified over an earlier attempt's run (ADR-0019 "A repeat within a run").
+
+    It has no run of its own; the attempt its ``certified-by.json`` names
+    must be another attempt directory of this work directory with a run of
+    its own that audits intact on its own (a separate auditor: its findings
+    are its own attempt's, reported here once as a binding that fails). Its
+    metadata then stands for this attempt's in every comparison: the job is
+    ``certify-<that attempt>``, the problem this attempt's stored problem,
+    the check this attempt's stored manifest entry.
+    """
+    a.checked += 1
+    if (attempt / "run").exists() or (attempt / "run").is_symlink():
+        a.finding(
+            pointer, "certified_by", AuditCode.INCONSISTENT,
+            "an attempt with both a run of its own and a pointer to another's",
+        )  # fmt: skip
+        return None
+    document = a.document(pointer)
+    if document is None:
+        return None
+    first = field_of(document, "attempt_id")
+    if (
+        not isinstance(document, dict)
+        or set(document) != {"attempt_id", "certified_by_version"}
+        or field_of(document, "certified_by_version") != 1
+        or not isinstance(first, str)
+        or not _ATTEMPT_NAME.fullmatch(first)
+    ):
+        a.finding(pointer, "certified_by", AuditCode.MALFORMED, "not a certified-by record")
+        return None
+    source = attempt.parent / first
+    run = source / "run"
+    if (
+        first == attempt.name
+        or source.is_symlink()
+        or not source.is_dir()
+        or run.is_symlink()
+        or not (run / METADATA).is_file()
+        or (source / CERTIFIED_BY).exists()
+        or (source / CERTIFIED_BY).is_symlink()
+    ):
+        a.finding(
+            pointer, "certified_by", AuditCode.BINDING_MISMATCH,
+            "names no other attempt of this work directory with a run of its own", first,
+        )  # fmt: skip
+        return None
+    alone = Auditor(attempt.parent)
+    metadata = audit_external(alone, run)
+    if metadata is not None:
+        alone.compare(run / METADATA, "job_id", metadata.run.job_id, f"certify-{first}")
+    _audit_manifest_copy(alone, source, run)
+    if metadata is None or alone.findings:
+        a.finding(
+            pointer, "certified_by", AuditCode.BINDING_MISMATCH,
+            f"the run of attempt {first} does not audit intact "
+            f"({len(alone.findings)} findings there)", first,
+        )  # fmt: skip
+        return None
+    _audit_manifest_copy(a, attempt, run)
+    if not certified:
+        a.finding(
+            attempt / CERTIFICATION_RECORD, "file", AuditCode.MISSING,
+            "a pointer to another attempt's run without a certification of its own",
+        )  # fmt: skip
+        return None
+    return _audit_certification(a, attempt, run, metadata)
+
+
+def _audit_certification(
+    a: Auditor, attempt: Path, run: Path, metadata: RunMetadata | None
+) -> CertificationEvidence | None:
+    """The attempt's ``certification.json`` against ``run``'s metadata (its own or the pointed)."""
+    record = attempt / CERTIFICATION_RECORD
     evidence = a.typed(record, CertificationEvidence)
     if evidence is None:
         return None
@@ -223,7 +310,7 @@ INTERRUPTED: Final = "INTERRUPTED"
 _TOP_LEVEL: Final = frozenset({RUN_STATE, WORK_OUTCOMES, BUNDLE_COPY, BUNDLE_STREAM_COPY,
                                ATTESTATION_FILE, SUMMARY_FILE, INTERRUPTED})
 _ATTEMPT_ENTRIES: Final = frozenset(
-    {"run", "repository", "manifest.json", CERTIFICATION_RECORD, EVIDENCE_SOURCE}
+    {"run", "repository", "manifest.json", CERTIFICATION_RECORD, EVIDENCE_SOURCE, CERTIFIED_BY}
 )
 _ATTEMPT_NAME: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -259,7 +346,7 @@ def audit_entries(a: Auditor, root: Path) -> None:
                 child / extra, "entry", AuditCode.UNDECLARED,
                 "kernel run writes no such entry in an attempt directory",
             )  # fmt: skip
-        if "run" not in entries:
+        if "run" not in entries and CERTIFIED_BY not in entries:
             a.checked += 1
             a.finding(
                 child / "run", "attempt", AuditCode.MISSING,

@@ -81,13 +81,16 @@ from kernel.commands._signals import Terminated, fragile_frame, interruption, ra
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
+    CERTIFIED_BY,
     RUN_ID,
     CertifierSetupError,
     EvidenceStore,
+    EvidenceTask,
     ExecutorKind,
     ExecutorSetupError,
     ExecutorSpec,
     ExternalCertifier,
+    FirstOfKey,
     certification_entry,
     discover_tools,
     open_executor,
@@ -140,9 +143,13 @@ Evidence store (--evidence-store DIR, off by default; ADR 0019): evidence
 kept by content (the check's pins by SHA-256, the problem's digest) and
 shared by runs. A stored problem skips its producer; the pinned checker
 still runs on the stored evidence with a fresh request. Every stored byte is
-checked against its digest; a corrupt entry is a noted miss. Outcomes are
-the same with or without it; DIR/<attempt_id>/evidence-source.json says
-whether the evidence was produced or reused.
+checked against its digest; a corrupt entry is a noted miss. Within one
+run, a problem posed again after an earlier attempt's certification of it
+passed is not run again: the repeat's own request and receipt are sealed
+over that attempt's run (DIR/<attempt_id>/certified-by.json names it; the
+audit follows it). Outcomes are the same with or without a store;
+DIR/<attempt_id>/evidence-source.json says whether the evidence was
+produced or reused.
 
 Example: kernel run bundle.json --work-dir runs/1 -o out/outcomes.jsonl
 
@@ -388,11 +395,14 @@ def _certification_lines(
     producer, cvc5 as the checker, each in its own sandboxed step.
     """
     statuses: dict[str, int] = {}
-    produced = checked = 0
+    produced = checked = reused = 0
     containment: set[str] = set()
     for entry in sorted(root.iterdir()):
         metadata = entry / RUN_ID / "metadata.json"
-        if not _ATTEMPT_DIR.fullmatch(entry.name) or entry.name in kept or not metadata.is_file():
+        if not _ATTEMPT_DIR.fullmatch(entry.name) or entry.name in kept:
+            continue
+        reused += (entry / CERTIFIED_BY).is_file()
+        if not metadata.is_file():
             continue
         try:
             with metadata.open("rb") as handle:
@@ -409,10 +419,12 @@ def _certification_lines(
         containment.add(str(record.get("containment")))
     count = sum(statuses.values())
     where = spec.kind.value + (f", {spec.workers} workers" if spec.workers else "")
+    repeats = (f"  {reused} more reused an earlier attempt's passed certification of the "
+               "same problem (certified-by.json; nothing run)")
     if not count:
         lines = [f"certifications: none run ({where}): no attempt's contract closed here"
                  + (f", {len(kept)} recorded earlier" if kept else "")]
-        return lines
+        return lines + ([repeats] if reused else [])
     each = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
     return [
         f"certifications: {count} run ({each}), {seconds:.1f} s wall "
@@ -420,7 +432,7 @@ def _certification_lines(
         + (f", {len(kept)} recorded earlier" if kept else ""),
         f"  z3 produced {produced}, cvc5 checked {checked} "
         f"(each step contained: {', '.join(sorted(containment))})",
-    ]
+    ] + ([repeats] if reused else [])
 
 
 # One decided attempt as the command records it: index, attempt id, outcome, line, hint.
@@ -441,10 +453,13 @@ def _inline_batches(
     examined again for each attempt, a run of n attempts cost O(n^2).
     """
     facts: RunFacts | None = None
+    reuse: FirstOfKey[EvidenceTask] = FirstOfKey()  # a repeat reuses the run's first (ADR-0019)
     for item in attempts:
         if isinstance(item, ReadyAttempt):
             facts = facts_for(item.request, facts)
-            (outcome,) = replay_requests([item.request], manifest, certifier, facts=facts)
+            (outcome,) = replay_requests(
+                [item.request], manifest, certifier, facts=facts, reuse=reuse
+            )
         else:
             outcome = item.refusal
         line = outcome_line(item.attempt_index, item.attempt_id, outcome)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on first use
     from kernel.orchestrate._certifier import (
         CERTIFICATION_RECORD,
+        CERTIFIED_BY,
         EVIDENCE_SOURCE,
         RUN_ID,
         CertificationTask,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         check_executor_spec,
         open_executor,
     )
+    from kernel.orchestrate._inflight import FirstOfKey
     from kernel.orchestrate._provider import (
         EvidenceProvider,
         EvidenceTask,
@@ -83,6 +85,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         (
             "CERTIFICATION_RECORD",
+            "CERTIFIED_BY",
             "EVIDENCE_SOURCE",
             "CertificationTask",
             "ExternalCertifier",
@@ -112,6 +115,7 @@ _LAZY: dict[str, str] = {
         ),
         "kernel.orchestrate._driver",
     ),
+    "FirstOfKey": "kernel.orchestrate._inflight",
     **dict.fromkeys(
         (
             "ExecutorKind",
@@ -170,6 +174,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BACKENDS_DIR",
     "CERTIFICATION_RECORD",
+    "CERTIFIED_BY",
     "CERTIFY_CHECK_ID",
     "CERTIFY_OBLIGATION",
     "CERTIFY_SPECIFICATION",
@@ -184,6 +189,7 @@ __all__ = [
     "ExecutorSetupError",
     "ExecutorSpec",
     "ExternalCertifier",
+    "FirstOfKey",
     "Hit",
     "InsertResult",
     "MAX_WORKERS",

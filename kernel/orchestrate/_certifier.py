@@ -56,6 +56,18 @@ Rules:
   is not deterministic; the stored ones are kept, never mixed in). The
   outcome never depends on it (ADR-0019: the closing reason names the
   certification by content).
+- A repeat within a run (``CertificationTask.certified_by``, set by the
+  driver through ``reusing`` when an earlier attempt of the run passed the
+  same store key: ADR-0019 "A repeat within a run") runs no step: once the
+  earlier attempt's ``run/metadata.json`` reads back strictly as a PASS of
+  ``certify-<that attempt>`` on this problem's digest and this check's
+  digest, the attempt directory gets the problem, the manifest copy and
+  ``certified-by.json`` naming that attempt, and no ``run/``; the request is
+  planned for this attempt's candidate as always, and the receipt sealed
+  over the earlier run's backend output (``candidate`` this attempt's).
+  ``evidence-source.json`` says ``{"evidence": "reused", "lookup": "run",
+  "certified_by": <attempt>}``. If the earlier run does not read back so,
+  the attempt is certified as if it were the first (a note says why).
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, assert_never, final
@@ -75,11 +88,13 @@ from kernel.external import (
     Manifest,
     RunLimits,
     RunOutcome,
+    RunRecordError,
     Status,
     content_digest,
     identity_object,
     load_manifest,
     process_pin_cache,
+    read_run_metadata,
     run_check,
     seal_job,
 )
@@ -97,7 +112,7 @@ from kernel.organs import (
     problem_digest,
 )
 from kernel.replay import ContractClosed, ProofEvidence
-from kernel.serde import dumps, unstructure
+from kernel.serde import SerdeError, dumps, loads, unstructure
 from kernel.verification import (
     Producer,
     Rejection,
@@ -105,9 +120,11 @@ from kernel.verification import (
     plan_verification,
     seal_verification,
 )
+from kernel.verification import Status as ReceiptStatus
 
 __all__ = [
     "CERTIFICATION_RECORD",
+    "CERTIFIED_BY",
     "RUN_ID",
     "CertificationTask",
     "ExternalCertifier",
@@ -121,6 +138,13 @@ _WORK_DIR_MARK: Final = "<work-dir>"
 RUN_ID: Final = "run"
 CERTIFICATION_RECORD: Final = "certification.json"
 EVIDENCE_SOURCE: Final = "evidence-source.json"
+CERTIFIED_BY: Final = "certified-by.json"
+_ATTEMPT_ID: Final = re.compile(r"[0-9a-f]{64}")
+
+
+def certified_by_document(attempt_id: str) -> bytes:
+    """The bytes of ``certified-by.json``: the earlier attempt whose run certified this one."""
+    return canonical_json({"attempt_id": attempt_id, "certified_by_version": 1}) + b"\n"
 
 
 def author_session(run_id: str) -> str:
@@ -287,7 +311,11 @@ class ExternalCertifier:
         )
         if isinstance(plan, Rejection):
             raise _NoEvidence(f"planning rejected: {plan.code.value}: {plan.message}")
-        outcome = self._run(task.attempt_id, task.candidate_digest, problem)
+        outcome = None
+        if task.certified_by is not None:
+            outcome = self._reused(task.attempt_id, task.certified_by, problem)
+        if outcome is None:
+            outcome = self._run(task.attempt_id, task.candidate_digest, problem)
         checked = outcome.metadata.checked
         ran = (checked.specification_digest, checked.check_digest)
         if outcome.status is Status.PASS and ran != (problem_digest(problem), check_digest):
@@ -311,13 +339,64 @@ class ExternalCertifier:
         (self.work_dir / task.attempt_id / CERTIFICATION_RECORD).write_bytes(document + b"\n")
         return ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE, document)
 
-    def _run(self, attempt_id: str, candidate_digest: str, problem: str) -> RunOutcome:
+    def _reused(self, attempt_id: str, first: str, problem: str) -> RunOutcome | None:
+        """The earlier attempt ``first``'s passed run, for this attempt; None: certify anew.
+
+        Nothing of this attempt's directory is written unless the earlier run
+        reads back strictly as a PASS of this problem under this check.
+        """
+        found = self._first_run(attempt_id, first, problem)
+        if isinstance(found, str):
+            LOG.warning(
+                "attempt %s: not reusing attempt %s's certification (%s); certifying it anew",
+                attempt_id[:16], first[:16], found,
+            )  # fmt: skip
+            return None
+        attempt, _ = self._prepared_attempt(attempt_id, problem)
+        (attempt / CERTIFIED_BY).write_bytes(certified_by_document(first))
+        source: dict[str, JsonValue] = {
+            "certified_by": first,
+            "evidence": "reused",
+            "insert": None,
+            "key": store_key(self.check_content_digest, problem_digest(problem)),
+            "lookup": "run",
+        }
+        (attempt / EVIDENCE_SOURCE).write_bytes(canonical_json(source) + b"\n")
+        return found
+
+    def _first_run(self, attempt_id: str, first: str, problem: str) -> RunOutcome | str:
+        """``first``'s run as this attempt's, or why it cannot be."""
+        if not _ATTEMPT_ID.fullmatch(first) or first == attempt_id:
+            return "not another attempt of this run"
+        run = self.work_dir / first / RUN_ID
+        try:
+            metadata = read_run_metadata(run / "metadata.json")
+        except RunRecordError as exc:
+            return f"{exc.code}: {exc.message}"
+        expected = (Status.PASS, f"certify-{first}", problem_digest(problem), self.check_digest)
+        found = (
+            metadata.decision.status,
+            metadata.run.job_id,
+            metadata.checked.specification_digest,
+            metadata.checked.check_digest,
+        )
+        if found != expected:
+            return "its run is not a PASS of this problem under this check"
+        return RunOutcome(str(run), metadata)
+
+    def _prepared_attempt(self, attempt_id: str, problem: str) -> tuple[Path, Path]:
+        """A fresh attempt directory with the problem and the manifest copy; and the manifest."""
         attempt = self._fresh_attempt_dir(attempt_id)
         repository = attempt / "repository"
         repository.mkdir()  # exclusive: a concurrent claim on the same attempt fails here
         (repository / CERTIFY_SPECIFICATION).write_bytes(problem.encode("utf-8"))
         manifest_path = attempt / "manifest.json"
         manifest_path.write_bytes(dumps(Manifest(1, (self.entry,))) + b"\n")
+        return attempt, manifest_path
+
+    def _run(self, attempt_id: str, candidate_digest: str, problem: str) -> RunOutcome:
+        attempt, manifest_path = self._prepared_attempt(attempt_id, problem)
+        repository = attempt / "repository"
         try:
             manifest = load_manifest(manifest_path, repository_root=repository)
             entry = manifest.entry(self.entry.check_id)
@@ -331,7 +410,9 @@ class ExternalCertifier:
             f"{TARGET_CERTIFIED} for candidate {candidate_digest}",
         )
         key = store_key(self.check_content_digest, problem_digest(problem))
-        source: dict[str, JsonValue] = {"evidence": "produced", "insert": None, "key": key}
+        source: dict[str, JsonValue] = {
+            "certified_by": None, "evidence": "produced", "insert": None, "key": key,
+        }
         supplied: dict[str, bytes] | None = None
         if self.store is None:
             source["lookup"] = "off"
@@ -435,7 +516,27 @@ class CertificationTask:
     in_flight_key: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(_TEXT)
     )
+    # An earlier attempt of the run whose certification of the same key passed.
+    certified_by: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_TEXT)
+    )
 
     def gather(self) -> tuple[ProofEvidence, ...]:
         """One certification item, or ``()`` (with a logged note); never raises."""
         return self.certifier._gather(self)
+
+    def reusable(self, evidence: tuple[ProofEvidence, ...]) -> bool:
+        """Whether a later attempt of this key may reuse this certification: it was verified."""
+        if self.in_flight_key is None or len(evidence) != 1:
+            return False
+        try:
+            document = loads(evidence[0].document, CertificationEvidence)
+        except SerdeError:
+            return False
+        return document.receipt.status is ReceiptStatus.VERIFIED
+
+    def reusing(self, first: CertificationTask) -> CertificationTask:
+        """This task, to seal its certification over ``first``'s run (same key, earlier)."""
+        if first.in_flight_key != self.in_flight_key or first.certifier != self.certifier:
+            return self
+        return attrs.evolve(self, certified_by=first.attempt_id)

@@ -62,7 +62,7 @@ from typing import Final, assert_never, final
 
 import attrs
 
-from kernel.orchestrate._inflight import InFlight, in_flight_key
+from kernel.orchestrate._inflight import FirstOfKey, InFlight, in_flight_key
 from kernel.orchestrate._provider import EvidenceProvider, EvidenceTask, TaskProvider
 from kernel.replay import (
     AuthorityManifest,
@@ -214,6 +214,7 @@ def replay_requests(
     executor: Executor | None = None,
     progress: Callable[[int, int], None] | None = None,
     facts: RunFacts | None = None,
+    reuse: FirstOfKey[EvidenceTask] | None = None,
 ) -> tuple[ReplayAdapterOutcome, ...]:
     """One outcome per request, in the order given (see the module docstring).
 
@@ -226,6 +227,9 @@ def replay_requests(
     thread. ``facts``, from ``facts_for``, are the run's when the caller has
     examined it already (a caller that decides a run a few attempts per call
     passes them on, so the run is examined once, not once per call: ADR 0011).
+    ``reuse`` is the run's memory of the first reusable certification per
+    key (``FirstOfKey``), for such a caller to pass on likewise; without it
+    the memory lasts this call.
     """
     total = len(requests)
     done = 0
@@ -249,6 +253,18 @@ def replay_requests(
     held: dict[int, tuple[EvidenceTask, str | None]] = {}
     in_flight: InFlight[int] = InFlight()
     finished: queue.SimpleQueue[Future[_Gathered]] = queue.SimpleQueue()
+    # A repeat of a key whose first certification passed reuses it (ADR-0019).
+    memory: FirstOfKey[EvidenceTask] = FirstOfKey() if reuse is None else reuse
+    base = memory.offset
+    memory.offset += total
+
+    def settle(index: int, result: _Gathered) -> list[int]:
+        """``index``'s evidence is in: note it, and release what waited for its key."""
+        gathered[index] = result
+        advance()
+        task, key = held.pop(index)
+        memory.note(key, base + index, task, result.evidence)
+        return in_flight.finished(key)
 
     def dispatch(first: int) -> None:
         assert executor is not None
@@ -257,11 +273,11 @@ def replay_requests(
             index = ready.pop(0)
             stage = staged[index]
             assert isinstance(stage, ContractClosed)
-            submitted = _submit(executor, held[index][0], _label(stage))
+            task, key = held[index]
+            task, _ = memory.reuse(key, base + index, task)
+            submitted = _submit(executor, task, _label(stage))
             if isinstance(submitted, _Gathered):
-                gathered[index] = submitted
-                advance()
-                ready.extend(in_flight.finished(held.pop(index)[1]))
+                ready.extend(settle(index, submitted))
             else:
                 pending[submitted] = index
                 submitted.add_done_callback(finished.put)
@@ -280,10 +296,16 @@ def replay_requests(
             gathered[index] = _Gathered((), ())
             advance()
         elif executor is None:
-            gathered[index] = _gather_task(task, _label(stage))
+            key = in_flight_key(task)
+            ran, _ = memory.reuse(key, base + index, task)
+            gathered[index] = _gather_task(ran, _label(stage))
+            memory.note(key, base + index, task, gathered[index].evidence)
             advance()
         else:
-            held[index] = (task, in_flight_key(task))
+            key = in_flight_key(task)
+            # A repeat whose first already passed needs no order: it runs nothing.
+            task, reused = memory.reuse(key, base + index, task)
+            held[index] = (task, None if reused else key)
             if in_flight.admit(held[index][1], index):
                 dispatch(index)
     # Results are taken as tasks finish and stored by attempt index; each
@@ -294,9 +316,7 @@ def replay_requests(
         index = pending.pop(future)
         stage = staged[index]
         assert isinstance(stage, ContractClosed)
-        gathered[index] = _collect(future, _label(stage))
-        advance()
-        for waiting in in_flight.finished(held.pop(index)[1]):
+        for waiting in settle(index, _collect(future, _label(stage))):
             dispatch(waiting)
     outcomes: list[ReplayAdapterOutcome] = []
     for index, stage in enumerate(staged):

@@ -23,13 +23,27 @@ independent of the others' hits, so holding them back would only idle
 workers. The cost is the failure case, where several may produce the same
 problem again side by side; the store then keeps the first insert (the
 others are ``present`` or ``conflict``, as between concurrent runs).
+
+Whole certifications reused within a run (``FirstOfKey``, ADR-0019 "A repeat
+within a run"): once a keyed task's evidence comes back and the task says it
+is reusable (``reusable(evidence)``; the certifier's: a verified receipt), a
+later task of the run with the same key is handed over as
+``task.reusing(first)`` instead of itself: the certifier's repeat then seals
+its own request and receipt over the first attempt's run and runs nothing.
+Only a first that comes *earlier in the run's order* is reused, so that
+whatever ``kernel run --resume`` keeps of a run (a prefix of its outcome
+lines) holds every attempt a kept one points to. Tasks without these
+methods are never rewritten.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, TypeVar, final
 
-__all__ = ["InFlight", "in_flight_key"]
+from kernel.replay import ProofEvidence
+
+__all__ = ["FirstOfKey", "InFlight", "in_flight_key"]
 
 _T = TypeVar("_T")
 
@@ -69,3 +83,40 @@ class InFlight(Generic[_T]):
         else:
             del self._running[key]
         return released
+
+
+@final
+class FirstOfKey(Generic[_T]):
+    """The first task of each key whose evidence is reusable, by its position in the run.
+
+    ``position`` is the attempt's place in the run's canonical order (an
+    attempt index, or a caller's running count across calls): ``first``
+    hands out only a task placed earlier than the one asking. One instance
+    lives as long as the run (``kernel run`` passes one to every batch).
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str, tuple[int, _T]] = {}
+        self.offset = 0  # positions used by earlier calls of a caller deciding in batches
+
+    def note(
+        self, key: str | None, position: int, task: _T, evidence: tuple[ProofEvidence, ...]
+    ) -> None:
+        """``task`` (``key``, ``position``) finished with ``evidence``: the first, if reusable."""
+        if key is None or key in self._first:
+            return
+        judge: Callable[[tuple[ProofEvidence, ...]], object] | None = getattr(
+            task, "reusable", None
+        )
+        if callable(judge) and judge(evidence) is True:
+            self._first[key] = (position, task)
+
+    def reuse(self, key: str | None, position: int, task: _T) -> tuple[_T, bool]:
+        """``task`` handed over to an earlier first of its key, if any; and whether it was."""
+        if key is None:
+            return task, False
+        found = self._first.get(key)
+        rewrite: Callable[[_T], _T] | None = getattr(task, "reusing", None)
+        if found is None or found[0] >= position or not callable(rewrite):
+            return task, False
+        return rewrite(found[1]), True

@@ -59,7 +59,7 @@ from kernel.orchestrate._driver import (
     _prepare,
     _submit,
 )
-from kernel.orchestrate._inflight import InFlight, in_flight_key
+from kernel.orchestrate._inflight import FirstOfKey, InFlight, in_flight_key
 from kernel.orchestrate._provider import EvidenceProvider, EvidenceTask, TaskProvider
 from kernel.orchestrate._shards import (
     Attempt,
@@ -211,37 +211,54 @@ class _Gathering:
     half comes back, before any result is awaited, and results are bound by
     attempt index. A task naming an in-flight key (the certifier's store key,
     ADR 0019) waits while another task of its key is in flight, whichever
-    shard it is in, and is submitted when that one finishes (a repeat then
-    hits the store; a failure releases it all the same).
+    shard it is in, and is submitted when that one finishes (a repeat of an
+    earlier attempt whose certification passed then reuses it; otherwise it
+    looks the store up; a failure releases it all the same).
     """
 
     def __init__(self, executor: Executor | None) -> None:
         self._executor = executor
         self.pending: dict[Future[_Gathered], tuple[_Slot, Closed]] = {}
         self._in_flight: InFlight[tuple[_Slot, Closed]] = InFlight()
+        # The first passed certification per key, by attempt index (ADR-0019): a
+        # later attempt of the key reuses it; an earlier one (a shard that came
+        # back late) does not, so a --resume prefix never points past itself.
+        self._first: FirstOfKey[EvidenceTask] = FirstOfKey()
+        self._counted: dict[int, str | None] = {}  # the key each task counts against
 
     def gather(self, slot: _Slot) -> None:
         """Every closed attempt of ``slot`` submitted now (or parked behind its key)."""
         for closed in slot.closed:
             if closed.task is None:
                 slot.gathered[closed.index] = _NO_EVIDENCE
-            elif self._executor is None:
-                slot.gathered[closed.index] = _gather_task(closed.task, closed.label)
-            elif self._in_flight.admit(in_flight_key(closed.task), (slot, closed)):
+                continue
+            key = in_flight_key(closed.task)
+            task, reused = self._first.reuse(key, closed.index, closed.task)
+            if self._executor is None:
+                result = _gather_task(task, closed.label)
+                slot.gathered[closed.index] = result
+                self._first.note(key, closed.index, closed.task, result.evidence)
+                continue
+            # A repeat whose first already passed runs nothing: it needs no order.
+            self._counted[closed.index] = None if reused else key
+            if self._in_flight.admit(self._counted[closed.index], (slot, closed)):
                 self._dispatch(slot, closed)
 
     def _dispatch(self, slot: _Slot, closed: Closed) -> None:
         assert self._executor is not None and closed.task is not None
-        submitted = _submit(self._executor, closed.task, closed.label)
+        task, _ = self._first.reuse(in_flight_key(closed.task), closed.index, closed.task)
+        submitted = _submit(self._executor, task, closed.label)
         if isinstance(submitted, _Gathered):
-            slot.gathered[closed.index] = submitted
-            self._release(closed)
+            self._settle(slot, closed, submitted)
         else:
             self.pending[submitted] = (slot, closed)
 
-    def _release(self, closed: Closed) -> None:
-        for slot, waiting in self._in_flight.finished(in_flight_key(closed.task)):
-            self._dispatch(slot, waiting)
+    def _settle(self, slot: _Slot, closed: Closed, result: _Gathered) -> None:
+        slot.gathered[closed.index] = result
+        assert closed.task is not None
+        self._first.note(in_flight_key(closed.task), closed.index, closed.task, result.evidence)
+        for waiting_slot, waiting in self._in_flight.finished(self._counted.pop(closed.index)):
+            self._dispatch(waiting_slot, waiting)
 
     def collect(self, *, wait: bool) -> None:
         """Take the results that are in; with ``wait``, first wait for at least one."""
@@ -249,8 +266,7 @@ class _Gathering:
             futures.wait(tuple(self.pending), return_when=futures.FIRST_COMPLETED)
         for future in [f for f in self.pending if f.done()]:
             slot, closed = self.pending.pop(future)  # a Dask key is released once read
-            slot.gathered[closed.index] = _collect(future, closed.label)
-            self._release(closed)
+            self._settle(slot, closed, _collect(future, closed.label))
 
 
 def replay_shards(
