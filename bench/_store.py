@@ -7,11 +7,17 @@ second half repeat them in the same order. Per round, three runs, inline:
 
 - ``none``: no store (every attempt runs producer and checker);
 - ``store``: a fresh store (the run's first occurrences warm it; each repeat
-  is a hit: producer skipped, the checker still runs);
-- ``rerun``: the same run again on the store the ``store`` run left (every
-  attempt a hit).
+  reuses its first's passed certification whole, ADR 0019 "A repeat within
+  a run": no step runs for it);
+- ``rerun``: the same run again on the store the ``store`` run left (each
+  first occurrence a hit: producer skipped, the checker runs; each repeat
+  reuses it);
+- ``checked``: that re-run with the within-run reuse switched off by an
+  instrument (``_NoRepeatReuse``), so that the checker runs for every
+  attempt, as 8b was first defined.
 
-8a is none / store, 8b is none / rerun, each for wall time and for CPU (this
+8a is none / store, 8b is none / rerun (and none / checked, reported
+beside it), each for wall time and for CPU (this
 process plus its reaped children, ``getrusage``). The outcome bytes of the
 three runs must be identical (the benchmark is void otherwise); how many
 evidence-source records say ``reused`` is checked against what the store
@@ -57,13 +63,21 @@ from kernel.external import RunLimits, default_environment
 from kernel.orchestrate import (
     EVIDENCE_SOURCE,
     EvidenceStore,
+    EvidenceTask,
     ExternalCertifier,
+    FirstOfKey,
     certification_entry,
     discover_tools,
     replay_requests,
 )
 from kernel.organs import CERTIFIED_MANIFEST, assess
-from kernel.replay import ReplayBundle, ReplayRequest, build_replay_input, requests_from_bundle
+from kernel.replay import (
+    ProofEvidence,
+    ReplayBundle,
+    ReplayRequest,
+    build_replay_input,
+    requests_from_bundle,
+)
 from kernel.upstream import CandidateDraft, build_chain
 
 ROOT: Final = Path(__file__).resolve().parents[1]
@@ -189,8 +203,22 @@ def _self_cpu() -> float:
     return own.ru_utime + own.ru_stime
 
 
+class _NoRepeatReuse(FirstOfKey[EvidenceTask]):
+    """An instrument: the run's memory that never notes a first, so every hit runs the checker.
+
+    It measures the re-run as 8b was first defined (the checker still runs for
+    every attempt), beside the re-run the kernel does (a repeat within the run
+    reuses the first's certification whole).
+    """
+
+    def note(self, key: str | None, position: int, task: EvidenceTask,
+             evidence: tuple[ProofEvidence, ...]) -> None:
+        return None
+
+
 def run_once(
-    requests: tuple[ReplayRequest, ...], scratch: Path, store: Path | None
+    requests: tuple[ReplayRequest, ...], scratch: Path, store: Path | None,
+    *, checker_per_attempt: bool = False,
 ) -> Timing:
     entry = certification_entry(discover_tools(Path(sys.executable)))
     work = Path(tempfile.mkdtemp(dir=scratch))
@@ -200,7 +228,8 @@ def run_once(
     )  # fmt: skip
     reap_orphans()
     cpu, started = _cpu(), time.perf_counter()
-    outcomes = replay_requests(requests, CERTIFIED_MANIFEST, provider)
+    memory = _NoRepeatReuse() if checker_per_attempt else None
+    outcomes = replay_requests(requests, CERTIFIED_MANIFEST, provider, reuse=memory)
     wall = time.perf_counter() - started
     reap_orphans()  # the last steps' PID 1s, so that their CPU is counted
     cpu = _cpu() - cpu
@@ -229,9 +258,10 @@ def compare(attempts: int, rounds: int, say: Callable[[str], None] = print) -> F
         say("note: not a child subreaper: the CPU column misses the sandboxed steps")
     requests = search_run(attempts)
     ratios: dict[str, list[float]] = {
-        "store wall": [], "store cpu": [], "rerun wall": [], "rerun cpu": []
+        "store wall": [], "store cpu": [], "rerun wall": [], "rerun cpu": [],
+        "checked wall": [], "checked cpu": [],
     }  # fmt: skip
-    timings: dict[str, list[Timing]] = {"none": [], "store": [], "rerun": []}
+    timings: dict[str, list[Timing]] = {"none": [], "store": [], "rerun": [], "checked": []}
     with tempfile.TemporaryDirectory(prefix="bench-store-") as scratch_name:
         scratch = Path(scratch_name)
         for number in range(rounds):
@@ -242,23 +272,27 @@ def compare(attempts: int, rounds: int, say: Callable[[str], None] = print) -> F
             if none is None:
                 none = run_once(requests, scratch, None)
             warm = run_once(requests, scratch, store)
-            for name, timing in (("none", none), ("store", cold), ("rerun", warm)):
+            checked = run_once(requests, scratch, store, checker_per_attempt=True)
+            for name, timing in (("none", none), ("store", cold), ("rerun", warm),
+                                 ("checked", checked)):  # fmt: skip
                 timings[name].append(timing)
-            if not none.outcomes == cold.outcomes == warm.outcomes:
+            if not none.outcomes == cold.outcomes == warm.outcomes == checked.outcomes:
                 return Found(attempts, ratios, timings, "the outcome bytes differ")
             repeats = attempts - max(1, attempts // 2)
-            if (none.reused, cold.reused, warm.reused) != (0, repeats, attempts):
+            counts = (none.reused, cold.reused, warm.reused, checked.reused)
+            if counts != (0, repeats, attempts, attempts):
                 return Found(attempts, ratios, timings,
-                             f"reused counts {none.reused}/{cold.reused}/{warm.reused}")
-            ratios["store wall"].append(none.wall / cold.wall)
-            ratios["store cpu"].append(none.cpu / cold.cpu)
-            ratios["rerun wall"].append(none.wall / warm.wall)
-            ratios["rerun cpu"].append(none.cpu / warm.cpu)
+                             f"reused counts {'/'.join(map(str, counts))}")
+            for name, timing in (("store", cold), ("rerun", warm), ("checked", checked)):
+                ratios[f"{name} wall"].append(none.wall / timing.wall)
+                ratios[f"{name} cpu"].append(none.cpu / timing.cpu)
             say(
                 f"round {number + 1}: none {none.wall:.1f} s wall {none.cpu:.1f} s cpu; "
                 f"store {cold.wall:.1f}/{cold.cpu:.1f} s ({none.wall / cold.wall:.2f}x wall, "
                 f"{none.cpu / cold.cpu:.2f}x cpu); rerun {warm.wall:.1f}/{warm.cpu:.1f} s "
-                f"({none.wall / warm.wall:.2f}x wall, {none.cpu / warm.cpu:.2f}x cpu)"
+                f"({none.wall / warm.wall:.2f}x wall, {none.cpu / warm.cpu:.2f}x cpu); "
+                f"rerun, checker per attempt {checked.wall:.1f}/{checked.cpu:.1f} s "
+                f"({none.wall / checked.wall:.2f}x wall, {none.cpu / checked.cpu:.2f}x cpu)"
             )
     return Found(attempts, ratios, timings)
 

@@ -85,8 +85,7 @@ class InFlight(Generic[_T]):
         return released
 
 
-@final
-class FirstOfKey(Generic[_T]):
+class FirstOfKey(Generic[_T]):  # not final: bench/_store.py measures without it
     """The first task of each key whose evidence is reusable, by its position in the run.
 
     ``position`` is the attempt's place in the run's canonical order (an
