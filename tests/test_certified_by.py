@@ -37,17 +37,13 @@ from kernel.organs import CERTIFIED_MANIFEST
 from kernel.replay import ContractClosed, ProofEvidence, begin_attempt
 from tests.orchestrate_helpers import certifier
 from tests.support.cli import kernel
-from tests.support.reference import sha
+from tests.support.reference import canonical, sha
 
 pytestmark = pytest.mark.skipif(
     not Path("/usr/bin/bwrap").is_file(), reason="the certification runs in bwrap (ADR 0018)"
 )
 
 PROBLEMS = (0, 0, 1, 0, 1)
-
-
-def _canonical(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @attrs.frozen
@@ -152,7 +148,7 @@ def test_each_repeat_reuses_the_first_passed_certification_and_runs_nothing(
                         "specification_digest": settings["problem-digest"],
                         "store_version": 1}),
         }  # fmt: skip
-        assert (here / CERTIFIED_BY).read_bytes() == _canonical(
+        assert (here / CERTIFIED_BY).read_bytes() == canonical(
             {"attempt_id": first, "certified_by_version": 1}
         ) + b"\n"
     assert len(list(stored.work.glob("*/run"))) == len(set(PROBLEMS))
@@ -194,7 +190,7 @@ def _one_repeat_path(copy: Stored) -> str:
 def test_a_pointer_to_an_attempt_of_another_problem_is_caught(copy: Stored) -> None:
     attempt, _ = _one_repeat(copy)
     other = _order(copy.work)[2]  # problem 1's first: a run that passed, of another problem
-    _point(copy, attempt, _canonical({"attempt_id": other, "certified_by_version": 1}) + b"\n")
+    _point(copy, attempt, canonical({"attempt_id": other, "certified_by_version": 1}) + b"\n")
     rc, report = _audit(copy)
     assert rc == 3
     subjects = {(f["code"], f["subject"]) for f in report["findings"]
@@ -235,7 +231,7 @@ def test_a_pointer_that_names_no_run_of_another_attempt_is_caught(
             document["certified_by_version"] = 2
         case _:
             raise AssertionError(pointer)
-    _point(copy, attempt, _canonical(document) + b"\n")
+    _point(copy, attempt, canonical(document) + b"\n")
     _refused(copy, "certified_by", code)
 
 
@@ -272,7 +268,7 @@ def test_an_edited_run_fails_every_attempt_that_names_it(copy: Stored, edit: str
     else:
         metadata = json.loads((run / "metadata.json").read_bytes())
         metadata["evidence_digest"] = sha({"not": "the evidence"})
-        (run / "metadata.json").write_bytes(_canonical(metadata))
+        (run / "metadata.json").write_bytes(canonical(metadata))
     rc, report = _audit(copy)
     assert rc == 3
     repeats = {a for a, f in _pointers(copy.work).items() if f == first}
