@@ -22,10 +22,11 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import secrets
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -89,22 +90,22 @@ class StopWhen:
             raise HashStopped(f"the deadline passed while {doing}", expired=True)
 
 
-def process_umask() -> int:
-    """This process's umask, read without changing it.
+def _exclusive_temp(path: Path) -> tuple[int, str]:
+    """A new temporary file beside ``path`` (``O_EXCL``), created with mode 0666 & ~umask.
 
-    ``os.umask`` can only be read by setting it, which races with the threads
-    that drain a step's output; Linux reports it in ``/proc/self/status``.
+    A run store holds evidence, not secrets: the user's umask decides who may
+    read it (``mkstemp``'s 0600 would hide it from an auditing colleague). The
+    kernel applies the umask at ``open``, so nothing reads it here (reading it
+    without setting it, race-free, meant parsing ``/proc/self/status`` per file).
     """
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o077)  # fallback: a brief, restrictive value
-    os.umask(mask)
-    return mask
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        temp = os.path.join(path.parent, f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temp, flags, 0o666), temp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(path.parent))
 
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
@@ -116,11 +117,8 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
     metadata records the digest of each one that matters, so one lost in a
     crash is detected, not trusted.
     """
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, temp = _exclusive_temp(path)
     try:
-        # A run store holds evidence, not secrets: the user's umask decides who
-        # may read it (mkstemp's 0600 would hide it from an auditing colleague).
-        os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             if durable:
