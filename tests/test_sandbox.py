@@ -668,3 +668,24 @@ def test_a_manifests_evidence_bounds_replace_the_callers(tmp_path: Path) -> None
     assert outcome.reason is Reason.ARTIFACT_TOO_LARGE, outcome.metadata.decision.detail
     assert outcome.metadata.limits is not None
     assert outcome.metadata.limits.artifact_bytes == 2 * 1024**2
+
+
+def test_resolved_paths_are_realpath_s_for_links_dots_fifos_and_absent_paths(
+    tmp_path: Path,
+) -> None:
+    # StepView.rebound resolves every needed path of every launch through an O_PATH
+    # descriptor; it must name exactly what os.path.realpath names, or a path under
+    # /tmp reached through a link would not be bound back into the step.
+    from kernel.external._sandbox import _resolved
+
+    (tmp_path / "real" / "inner").mkdir(parents=True)
+    (tmp_path / "real" / "file").write_bytes(b"x")
+    os.mkfifo(tmp_path / "real" / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "relative").symlink_to("real/inner")
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "absent")
+    for name in ("real", "link/inner", "link/file", "link/fifo", "relative/..", "link/../link",
+                 "loop", "dangling", "absent/deeper", "link/absent", "real/./inner/"):
+        path = str(tmp_path / name)
+        assert _resolved(path) == os.path.realpath(path), name

@@ -132,12 +132,35 @@ class StepView:
         """
         found: set[str] = set()
         for path in (*self.needed, self.output, self.workdir):
-            for candidate in (path, os.path.realpath(path)):
+            for candidate in (path, _resolved(path)):
                 relative = os.path.relpath(candidate, MASKED_ROOT)
                 if relative == "." or relative.startswith(".."):
                     continue
                 found.add(os.path.join(MASKED_ROOT, relative.split("/")[0]))
         return tuple(sorted(found))
+
+
+def _resolved(path: str) -> str:
+    """``path`` with every symlink resolved, as the kernel names what it opens.
+
+    Three system calls through an ``O_PATH`` descriptor (nothing is read; a
+    FIFO does not block) instead of ``os.path.realpath``'s ``lstat`` per
+    component, for every needed path of every launch; ``realpath`` where the
+    descriptor cannot be had (an absent path, no ``/proc``).
+    """
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        named = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
+    return named if named.startswith("/") and not named.endswith(" (deleted)") else (
+        os.path.realpath(path)
+    )
 
 
 def _tool(name: str) -> str | None:
