@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernel.external import ContainmentLevel, Reason, RunOutcome, Status, available_level
 from kernel.serde import dumps
@@ -689,3 +691,27 @@ def test_resolved_paths_are_realpath_s_for_links_dots_fifos_and_absent_paths(
                  "loop", "dangling", "absent/deeper", "link/absent", "real/./inner/"):
         path = str(tmp_path / name)
         assert _resolved(path) == os.path.realpath(path), name
+
+
+_PARTS = ("tmp", "a", "..", ".", "tmpx", "b", "", "usr")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PARTS), max_size=6), min_size=1, max_size=4))
+def test_rebound_binds_back_what_relpath_and_realpath_say_is_under_tmp(
+    paths: list[list[str]],
+) -> None:
+    # The reference is the definition: each needed path, as written and resolved,
+    # whose relpath from /tmp does not climb out, brings back its first component.
+    from kernel.external._sandbox import StepView
+
+    # StepView takes absolute normalised paths only (its validators refuse others).
+    needed = tuple("/" + os.path.normpath("/" + "/".join(parts)).lstrip("/") for parts in paths)
+    view = StepView(output="/var/empty/out", read_only=(), needed=needed, workdir="/")
+    found = set()
+    for path in needed:
+        for candidate in (path, os.path.realpath(path)):
+            relative = os.path.relpath(candidate, "/tmp")
+            if relative != "." and not relative.startswith(".."):
+                found.add(os.path.join("/tmp", relative.split("/")[0]))
+    assert view.rebound() == tuple(sorted(found))

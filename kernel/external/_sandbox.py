@@ -131,12 +131,14 @@ class StepView:
         its ``pyvenv.cfg`` beside its ``bin/``, and only read-only.
         """
         found: set[str] = set()
+        under = MASKED_ROOT + "/"
         for path in (*self.needed, self.output, self.workdir):
+            # Both are absolute and normalised (the fields' validators; the kernel's
+            # answer): a prefix test is what ``os.path.relpath`` decided, without its
+            # abspath calls.
             for candidate in (path, _resolved(path)):
-                relative = os.path.relpath(candidate, MASKED_ROOT)
-                if relative == "." or relative.startswith(".."):
-                    continue
-                found.add(os.path.join(MASKED_ROOT, relative.split("/")[0]))
+                if candidate.startswith(under):
+                    found.add(under + candidate[len(under):].split("/")[0])
         return tuple(sorted(found))
 
 
