@@ -59,3 +59,18 @@ def stored_main_job(base: Path) -> tuple[Path, Path]:
     # integrity, exit 3 (README "Exit codes"); the store is complete.
     assert done.returncode == 3, done.stderr
     return work, out
+
+
+def repeating_bundle_run(base: Path, problems: tuple[int, ...]) -> tuple[Path, bytes]:
+    """A bundle posing ``problems`` (``bench._store.repeating_bundle``: equal items pose
+    the same certification problem) under ``base``, and the outcome bytes of ``kernel run``
+    on it without an evidence store (the bytes every other way of running it must give)."""
+    from bench._store import repeating_bundle
+    from kernel.bundles import bundle_document
+
+    bundle = base / "bundle.json"
+    bundle.write_bytes(bundle_document(repeating_bundle(problems)))
+    plain = base / "plain.jsonl"
+    done = kernel("run", bundle, "--work-dir", base / "plain", "--out", plain, "-q")
+    assert done.returncode == 0, done.stderr
+    return bundle, plain.read_bytes()

@@ -30,12 +30,11 @@ from typing import Any
 import attrs
 import pytest
 
-from bench._store import repeating_bundle, repeating_run
-from kernel.bundles import bundle_document
+from bench._store import repeating_run
 from kernel.orchestrate import CERTIFIED_BY, EVIDENCE_SOURCE, EvidenceStore, FirstOfKey
 from kernel.organs import CERTIFIED_MANIFEST
 from kernel.replay import ContractClosed, ProofEvidence, begin_attempt
-from tests.orchestrate_helpers import certifier
+from tests.orchestrate_helpers import certifier, repeating_bundle_run
 from tests.support.cli import kernel
 from tests.support.reference import canonical, sha
 
@@ -58,17 +57,13 @@ class Stored:
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory: pytest.TempPathFactory) -> Stored:
     base = tmp_path_factory.mktemp("reuse")
-    bundle = base / "bundle.json"
-    bundle.write_bytes(bundle_document(repeating_bundle(PROBLEMS)))
-    plain = base / "plain.jsonl"
-    done = kernel("run", bundle, "--work-dir", base / "plain", "--out", plain, "-q")
-    assert done.returncode == 0, done.stderr
+    bundle, plain = repeating_bundle_run(base, PROBLEMS)
     work, out = base / "work", base / "outcomes.jsonl"
     done = kernel("run", bundle, "--work-dir", work, "--out", out,
                   "--evidence-store", base / "store")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
-    return Stored(bundle, work, out, plain.read_bytes(), done.stdout + done.stderr)
+    return Stored(bundle, work, out, plain, done.stdout + done.stderr)
 
 
 @pytest.fixture

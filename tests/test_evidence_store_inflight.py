@@ -25,8 +25,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from bench._store import repeating_bundle, repeating_run
-from kernel.bundles import bundle_document
+from bench._store import repeating_run
 from kernel.commands.replay import outcome_lines
 from kernel.orchestrate import (
     EVIDENCE_SOURCE,
@@ -40,7 +39,7 @@ from kernel.orchestrate import (
 from kernel.orchestrate._inflight import InFlight
 from kernel.organs import CERTIFIED_MANIFEST
 from kernel.replay import ContractClosed, ProofEvidence, ReplayRequest
-from tests.orchestrate_helpers import certifier
+from tests.orchestrate_helpers import certifier, repeating_bundle_run
 from tests.support.cli import kernel
 from tests.support.processes import assert_no_new_descendants, descendants
 
@@ -238,18 +237,14 @@ def test_kernel_run_sharded_produces_each_problem_once_across_shards(
     # kernel run --executor process|dask runs its pure steps in shards (ADR 0020) and
     # submits the shards' certifications itself: the in-flight order must hold across
     # shards there too (shards of 2 put each problem's repeats in two shards).
-    bundle = tmp_path / "bundle.json"
-    bundle.write_bytes(bundle_document(repeating_bundle(PROBLEMS)))
-    serial = tmp_path / "serial.jsonl"
-    done = kernel("run", bundle, "--work-dir", tmp_path / "serial", "--out", serial, "-q")
-    assert done.returncode == 0, done.stderr
+    bundle, serial = repeating_bundle_run(tmp_path, PROBLEMS)
     work, out = tmp_path / "work", tmp_path / "outcomes.jsonl"
     done = kernel("run", bundle, "--work-dir", work, "--out", out, "-q",
                   "--evidence-store", tmp_path / "store", "--executor", executor,
                   "--workers", "2", "--shard-size", "2")
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 0, done.stderr
-    assert out.read_bytes() == serial.read_bytes()
+    assert out.read_bytes() == serial
     # Shards may come back out of order: a repeat reuses a first only if it is earlier
     # in the run (else it hits the store, the checker running for it).
     kinds = _kinds(work)
