@@ -353,6 +353,15 @@ def test_a_rewritten_metadata_field_is_reported(run_dir: Path) -> None:
     assert ("binding_mismatch", "receipt evidence_digest") in codes
 
 
+def test_a_rewritten_pass_detail_is_reported(run_dir: Path) -> None:
+    # Nothing else binds a PASS's detail (the receipt's backend output holds it only
+    # for BLOCKED), and summaries show it: it is the kernel's fixed text or a finding.
+    _edit_json(run_dir / "metadata.json", detail="accepted after a manual review")
+    code, report = _audit(run_dir)
+    assert code == 3
+    assert ("inconsistent", "detail") in _codes(report)
+
+
 def test_a_rewritten_verdict_is_reported(run_dir: Path) -> None:
     _edit_json(run_dir / "metadata.json", verdict="rejected")
     code, report = _audit(run_dir)

@@ -22,6 +22,7 @@ from kernel.audit._store import (
     tree_names,
 )
 from kernel.external import (
+    PASS_DETAIL,
     ProcessStatus,
     Reason,
     RunMetadata,
@@ -228,6 +229,14 @@ def _audit_status(a: Auditor, path: Path, metadata: RunMetadata) -> None:
             decision.status.value,
             decision.verdict.value if decision.verdict is not None else None,
         )
+    # A PASS's detail is the kernel's fixed text; nothing else (no receipt, no
+    # digest) covers it, and summaries show it.
+    a.checked += 1
+    if decision.status is Status.PASS and decision.detail != PASS_DETAIL:
+        a.finding(
+            path, "detail", AuditCode.INCONSISTENT,
+            "a PASS records the kernel's own detail, not this one", decision.detail, PASS_DETAIL,
+        )  # fmt: skip
 
 
 def _judged(metadata: RunMetadata) -> bool:

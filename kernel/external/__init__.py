@@ -33,6 +33,7 @@ from kernel.external._manifest import (
     parse_manifest,
 )
 from kernel.external._outcome import (
+    PASS_DETAIL,
     CheckedDigests,
     Decision,
     Execution,
@@ -92,6 +93,7 @@ __all__ = [
     "JobError",
     "Manifest",
     "ManifestError",
+    "PASS_DETAIL",
     "PLACEHOLDERS",
     "Pin",
     "PinCache",

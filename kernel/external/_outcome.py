@@ -44,6 +44,10 @@ __all__ = [
 METADATA_SCHEMA_VERSION: Final = 3
 
 
+#: The one detail a PASS records (the audit refuses any other: nothing else binds it).
+PASS_DETAIL: Final = "accepted by a valid receipt"
+
+
 @final
 class Status(enum.Enum):
     """The only two outcomes of the external protocol."""

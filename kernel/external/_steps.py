@@ -47,6 +47,7 @@ from kernel.external._identity import CheckIdentity, all_pins, identity_of
 from kernel.external._job import Job, job_digest_of
 from kernel.external._manifest import CheckEntry, Command, Pin
 from kernel.external._outcome import (
+    PASS_DETAIL,
     FileDigest,
     ProcessSummary,
     Reason,
@@ -578,7 +579,7 @@ def finish(rec: Recorder, attempt: Attempt, body: Callable[[], None]) -> RunOutc
     except OSError as exc:
         metadata = rec.freeze(Status.BLOCKED, Reason.IO_ERROR, f"{exc.filename or ''}: {exc}")
     else:
-        metadata = rec.freeze(Status.PASS, None, "accepted by a valid receipt")
+        metadata = rec.freeze(Status.PASS, None, PASS_DETAIL)
     try:
         # The commit point (ADR 0009, "Lean steps"), with the attempt's own entry.
         write_atomic(attempt.root / "metadata.json", dumps(metadata) + b"\n", durable=True)
