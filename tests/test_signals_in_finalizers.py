@@ -38,23 +38,24 @@ print("never signalled")
 """
 
 
-def test_a_sigterm_landing_below_a_finalizer_still_terminates() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _BELOW_A_FINALIZER], cwd=ROOT, capture_output=True, timeout=30
-    )
-    assert done.stdout == b"terminated\n", (done.stdout, done.stderr)
-    assert done.returncode == 143
-    assert b"Exception ignored" not in done.stderr and b"Traceback" not in done.stderr
-
-
-def test_a_sigterm_outside_any_finalizer_is_raised_at_once() -> None:
-    # The control: without a finalizer on the stack nothing is deferred.
-    script = _BELOW_A_FINALIZER.replace("    Held()\n", "    helper()\n")
+def _terminated(script: str) -> subprocess.CompletedProcess[bytes]:
+    """``script`` run in its own interpreter; it must have ended by SIGTERM, as 143."""
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, timeout=30
     )
     assert done.stdout == b"terminated\n", (done.stdout, done.stderr)
     assert done.returncode == 143
+    return done
+
+
+def test_a_sigterm_landing_below_a_finalizer_still_terminates() -> None:
+    done = _terminated(_BELOW_A_FINALIZER)
+    assert b"Exception ignored" not in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_a_sigterm_outside_any_finalizer_is_raised_at_once() -> None:
+    # The control: without a finalizer on the stack nothing is deferred.
+    _terminated(_BELOW_A_FINALIZER.replace("    Held()\n", "    helper()\n"))
 
 
 _IN_A_WEAKREF_CALLBACK = """
@@ -81,10 +82,5 @@ print("never signalled")
 
 def test_a_sigterm_dropped_in_a_weakref_callback_is_sent_again_and_terminates() -> None:
     # CI: "Exception ignored in: 'Path'", then kernel replay exited 0 after a SIGINT.
-    done = subprocess.run(
-        [sys.executable, "-c", _IN_A_WEAKREF_CALLBACK], cwd=ROOT, capture_output=True,
-        timeout=30,
-    )
-    assert done.stdout == b"terminated\n", (done.stdout, done.stderr)
-    assert done.returncode == 143
+    done = _terminated(_IN_A_WEAKREF_CALLBACK)
     assert b"Exception ignored" not in done.stderr and b"Traceback" not in done.stderr
