@@ -171,7 +171,8 @@ def test_a_forged_self_consistent_entry_never_certifies(tmp_path: Path) -> None:
         == "contract_and_proof_closed" for c in closed
     )
     assert out.read_bytes() != outcomes_cold
-    assert kernel("audit", work, "--outcomes", out, "--format", "json").returncode == 0
+    audited = kernel("audit", work, "--outcomes", out, "--format", "json")
+    assert audited.returncode == 0, audited.stdout
 
 
 def _contract_closed(index: int) -> ContractClosed:
