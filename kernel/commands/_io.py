@@ -35,7 +35,6 @@ from typing import BinaryIO, NoReturn, TypeVar
 
 import typer
 
-from kernel.bundles import BUNDLE_LIMITS, is_stream_header
 from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, loads
 
 T = TypeVar("T")
@@ -130,6 +129,10 @@ def refuse_a_stream(path: Path, hint: str) -> None:
     Without it a stream is refused as malformed JSON ("Extra data") or, past
     the document limit, as too large: true, but no help to whoever holds one.
     """
+    # Here, not at the top: the bundle reader pulls in the replay machine, which
+    # commands that never read a bundle (kernel check run) need not import.
+    from kernel.bundles import BUNDLE_LIMITS, is_stream_header
+
     if is_stream(path):  # read once: the bytes are remembered for the real read
         first = read_bounded(path).split(b"\n", 1)[0]
     else:
