@@ -101,41 +101,31 @@ def _build_app() -> typer.Typer:
 
     def _readable(label: str) -> str:
         # typer's "<str>", "<path>", "<list[Path]>", "<a|b>" as click always wrote them.
-        inner = label.removeprefix("<").removesuffix(">")
+        dots = "..." if label.endswith("...") else ""
+        inner = label.removesuffix("...").removeprefix("<").removesuffix(">")
         if "|" in inner:
-            return f"[{inner}]"
+            return f"[{inner}]{dots}"
         if inner.startswith("list[") and inner.endswith("]"):
             return f"{_readable(inner[5:-1])}..."
-        return readable_types.get(inner.lower(), inner.upper())
-
-    class ReadableArgument(TyperArgument):
-        """``NAME``, ``[NAME]``, ``NAME...`` in usage lines (typer 0.29 writes
-        ``{NAME}`` and ``{PATH...}...``); no ``<type>`` after the name in help."""
-
-        def _name(self) -> str:
-            return self.metavar if self.metavar is not None else (self.name or "").upper()
-
-        def _usage_display_name(self) -> str:
-            name = self._name()
-            if self.nargs != 1 and not name.endswith("..."):
-                name += "..."
-            return name if self.required else f"[{name}]"
-
-        def _rich_display_name(self) -> str:
-            name = self._name()
-            return name if self.nargs == 1 or name.endswith("...") else f"{name}..."
-
-        def display_type_rich(self, ctx: click.Context) -> str | None:
-            return None
+        return readable_types.get(inner.lower(), inner.upper()) + dots
 
     class ReadableOption(TyperOption):
         """``--job PATH``, ``--run-id TEXT``, ``--layout [auto|document|stream]``."""
 
-        def display_type_rich(self, ctx: click.Context) -> str | None:
+        def make_metavar(self, ctx: click.Context) -> str:
             if self.metavar is not None:
                 return self.metavar
-            label = _readable(self.display_type(ctx))
-            return label if self.nargs == 1 else f"{label}..."
+            return _readable(super().make_metavar(ctx))
+
+    class ReadableArgument(TyperArgument):
+        """``NAME``, ``[NAME]``, ``NAME...`` in usage lines and help rows (typer
+        0.28 writes ``{NAME}``, ``{PATH...}`` and ``NAME:PATH``)."""
+
+        def make_metavar(self, ctx: click.Context, *, usage: bool = False) -> str:
+            name = self.metavar if self.metavar is not None else (self.name or "").upper()
+            if self.nargs != 1 and not name.endswith("..."):
+                name += "..."
+            return name if self.required or not usage else f"[{name}]"
 
     def _short_help_everywhere(command: click.Command) -> None:
         command.context_settings.setdefault("help_option_names", ["-h", "--help"])
