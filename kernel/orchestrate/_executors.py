@@ -503,7 +503,7 @@ def local_client(workers: int) -> Iterator[Any]:
         # Results straight from the workers (all on loopback here): through the
         # scheduler, which lives in this process, each result crossed this
         # process twice. About 15% of the command's CPU on a sharded replay of
-        # 20,000 attempts (BENCHMARKS.md, "Dask at 20,000 attempts").
+        # 20,000 attempts (BENCHMARKS.md, "A local cluster's results straight from its workers").
         client = Client(  # type: ignore[no-untyped-call]
             local.cluster, set_as_default=False, direct_to_workers=True
         )
