@@ -100,14 +100,12 @@ def _build_app() -> typer.Typer:
                              "path": "PATH", "bool": "BOOLEAN"}
 
     def _readable(label: str) -> str:
-        # typer's "<str>", "<path>", "<list[Path]>", "<a|b>" as click always wrote them.
-        dots = "..." if label.endswith("...") else ""
-        inner = label.removesuffix("...").removeprefix("<").removesuffix(">")
+        # typer 0.28's "<str>", "<path>", "<a|b>" as click always wrote them (no
+        # option of the kernel takes several values, so no "..." form arises).
+        inner = label.removeprefix("<").removesuffix(">")
         if "|" in inner:
-            return f"[{inner}]{dots}"
-        if inner.startswith("list[") and inner.endswith("]"):
-            return f"{_readable(inner[5:-1])}..."
-        return readable_types.get(inner.lower(), inner.upper()) + dots
+            return f"[{inner}]"
+        return readable_types.get(inner.lower(), inner.upper())
 
     class ReadableOption(TyperOption):
         """``--job PATH``, ``--run-id TEXT``, ``--layout [auto|document|stream]``."""
