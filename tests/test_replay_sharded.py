@@ -161,6 +161,26 @@ def test_a_shard_result_carries_lines_and_counts_never_outcome_records() -> None
         assert not any(isinstance(v, ReplayAdapterResult | ReplayAdapterRefusal) for v in flat)
 
 
+def test_a_dask_shard_result_travels_as_one_pickle_and_comes_back_whole() -> None:
+    """Dask's wire format sends a tuple it is handed item by item (one header and one
+    pickle per outcome); the task's wrapped result must go as a single frame."""
+    from distributed.protocol.serialize import Serialize, deserialize, serialize
+
+    from kernel.commands._outcomes import replay_summary
+    from kernel.orchestrate._shards import Shard, _run_whole, classify_shard, shared_document
+
+    shared = shared_document(EXAMPLE.read_bytes())
+    bare = classify_shard(shared, Shard(0, 8), replay_summary)
+    wrapped = _run_whole(classify_shard, shared, Shard(0, 8), replay_summary)
+    header, frames = serialize(Serialize(wrapped))  # type: ignore[no-untyped-call]
+    assert "is-collection" not in header and len(frames) == 1
+    # What the bare tuple would have cost: a frame per outcome.
+    bare_header, bare_frames = serialize(Serialize(bare))  # type: ignore[no-untyped-call]
+    assert bare_header.get("is-collection") is True and len(bare_frames) == len(bare) == 8
+    back = deserialize(header, frames)  # type: ignore[no-untyped-call]
+    assert back.value == bare
+
+
 def _defective(bundles: dict[int, Path], directory: Path) -> dict[str, Path]:
     """Streams with defects in their attempt lines, each a case of the serial reader."""
     lines = bundles[10].read_bytes().splitlines(keepends=True)
