@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -11,6 +14,7 @@ import pytest
 
 from kernel.external import (
     Cancellation,
+    ProcessResult,
     ProcessStatus,
     Reason,
     Status,
@@ -221,3 +225,83 @@ def test_run_process_passes_exactly_the_given_environment(tmp_path: Path) -> Non
     )
     # the interpreter may add LC_CTYPE on its own; nothing from our environment leaks
     assert set(json.loads(result.stdout)) <= {"ONLY", "LC_CTYPE"}
+
+
+
+def _run(tmp_path: Path, code: str, *, limit: int, timeout: float = 30,
+         cancel: threading.Event | None = None) -> ProcessResult:
+    return run_process(
+        [PYTHON, "-c", code, str(tmp_path)], cwd=tmp_path, env=default_environment(),
+        timeout_seconds=timeout, cancel=cancel, stdout_limit=limit, stderr_limit=limit,
+    )
+
+
+def _open_descriptors() -> int:
+    return len(list(Path("/proc/self/fd").iterdir()))
+
+
+def test_both_pipes_are_drained_while_the_command_writes_far_past_their_buffers(
+    tmp_path: Path,
+) -> None:
+    """Alternate 64 KiB writes to stdout and stderr, 2 MiB each: a pipe left unread
+    (drained only after the other one, or after the exit) stalls the command."""
+    code = (
+        "import os\n"
+        "for i in range(32):\n"
+        "    os.write(1, bytes([65 + i % 26]) * 65536)\n"
+        "    os.write(2, bytes([97 + i % 26]) * 65536)\n"
+    )
+    before = _open_descriptors()
+    result = _run(tmp_path, code, limit=4 * 1024 * 1024, timeout=60)
+    assert result.status is ProcessStatus.EXITED and result.returncode == 0
+    assert result.stdout == b"".join(bytes([65 + i % 26]) * 65536 for i in range(32))
+    assert result.stderr == b"".join(bytes([97 + i % 26]) * 65536 for i in range(32))
+    assert not result.stdout_truncated and not result.stderr_truncated
+    assert _open_descriptors() == before
+
+
+def test_a_descendant_holding_the_pipes_after_the_exit_delays_the_result_by_a_bound(
+    tmp_path: Path,
+) -> None:
+    """Without containment a descendant that called setsid survives the group kill and
+    keeps both pipes open: the result still comes, with what the leader wrote, after
+    at most the bounded drain, and no descriptor of ours stays open."""
+    pid_file = tmp_path / "daemon.pid"
+    code = (
+        "import os, sys, time\n"
+        "sys.stdout.write('leader'); sys.stdout.flush()\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "while not os.path.exists(" + repr(str(pid_file)) + "): time.sleep(0.01)\n"
+    )
+    before = _open_descriptors()
+    started = time.monotonic()
+    try:
+        result = _run(tmp_path, code, limit=1000)
+        took = time.monotonic() - started
+    finally:
+        if pid_file.exists() and pid_file.read_text():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert result.status is ProcessStatus.EXITED and result.returncode == 0
+    assert result.stdout == b"leader"
+    assert 4.0 <= took < 30, took  # the drain waited its bound for an EOF that never came
+    assert _open_descriptors() == before
+
+
+def test_a_cancellation_stops_a_command_that_floods_its_pipes(tmp_path: Path) -> None:
+    cancel = Cancellation()
+    timer = threading.Timer(0.5, cancel.set)
+    timer.start()
+    started = time.monotonic()
+    try:
+        result = _run(tmp_path, "import os\nwhile True: os.write(1, b'x' * 65536)",
+                      limit=1000, timeout=60, cancel=cancel)
+    finally:
+        timer.cancel()
+    assert result.status is ProcessStatus.CANCELLED and result.returncode is None
+    assert result.stdout == b"x" * 1000 and result.stdout_truncated
+    assert time.monotonic() - started < 10

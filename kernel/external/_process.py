@@ -9,8 +9,12 @@ Theory of operation (seed 003, "Process control and trust limits"):
   ``killpg`` that follows can only reach the command's own group;
 - on exit, expiry or cancellation alike the whole group is sent SIGKILL:
   no descendant outlives the command, whatever way it ended;
-- stdout and stderr are drained concurrently (a full pipe never stalls the
-  child) and kept up to a cap; the rest is counted, not stored;
+- stdout and stderr are drained while the command runs, by the thread that
+  waits for it (one ``poll`` on both pipes and the pidfd: a full pipe never
+  stalls the child), and kept up to a cap; the rest is counted, not stored;
+  after the leader's exit and the group kill they are read to EOF for at
+  most ``_DRAIN_AFTER_EXIT_SECONDS`` (a descendant that left the group may
+  hold them open);
 - a command that timed out or was cancelled reports that status; callers never
   treat anything it wrote as a result;
 - an interrupt (``KeyboardInterrupt``) that lands inside ``Popen``, after the
@@ -22,7 +26,7 @@ Theory of operation (seed 003, "Process control and trust limits"):
   did (``setsid``, ``setpgid``, double fork, ignoring SIGTERM), nor the
   kernel's death: on expiry or cancellation the launcher (a child subreaper
   at every level) is told to kill everything (SIGTERM) before the group kill;
-- the wait is one ``poll`` on a pidfd, woken by the leader's exit at once,
+- the wait is that ``poll``, woken by the leader's exit at once (its pidfd),
   by the deadline (the poll's timeout), or by a ``Cancellation`` being set
   (its descriptor becomes readable): no periodic wake-up. Only a plain
   ``threading.Event`` (which has no descriptor) or a system without
@@ -55,7 +59,7 @@ from kernel.external._sandbox import StepView
 __all__ = ["Cancellation", "ProcessResult", "ProcessStatus", "run_process"]
 
 _READ_CHUNK: Final = 64 * 1024
-_READER_JOIN_SECONDS: Final = 5.0
+_DRAIN_AFTER_EXIT_SECONDS: Final = 5.0
 _SUBREAPER_GRACE_SECONDS: Final = 5.0
 
 
@@ -126,18 +130,70 @@ class _Capture:
         self.truncated = False
 
 
-def _drain(stream: IO[bytes], capture: _Capture) -> None:
+def _read_into(fd: int, capture: _Capture) -> bool:
+    """One read of ``fd`` into ``capture`` (kept to its limit, the rest counted); False at EOF."""
     try:
-        while chunk := os.read(stream.fileno(), _READ_CHUNK):
-            room = capture.limit - len(capture.data)
-            if room > 0:
-                capture.data += chunk[:room]
-            if len(chunk) > room:
-                capture.truncated = True
+        chunk = os.read(fd, _READ_CHUNK)
+    except BlockingIOError:
+        return True
     except OSError:
-        pass
-    finally:
-        stream.close()
+        return False
+    if not chunk:
+        return False
+    room = capture.limit - len(capture.data)
+    if room > 0:
+        capture.data += chunk[:room]
+    if len(chunk) > room:
+        capture.truncated = True
+    return True
+
+
+class _Outputs:
+    """The command's stdout and stderr, drained by the thread that waits for it.
+
+    One ``poll`` watches the pipes with the leader's pidfd and the
+    cancellation descriptor, so a full pipe never stalls the command and no
+    reader thread is started per launch (two threads cost about as much CPU
+    as the ``fork``/``exec`` itself; BENCHMARKS.md, "Target 5b").
+    """
+
+    def __init__(self, stdout: IO[bytes], stderr: IO[bytes], limits: tuple[int, int]) -> None:
+        self.out, self.err = _Capture(limits[0]), _Capture(limits[1])
+        self._streams = {stdout.fileno(): (stdout, self.out), stderr.fileno(): (stderr, self.err)}
+        for fd in self._streams:
+            os.set_blocking(fd, False)
+
+    def register(self, poller: select.poll) -> None:
+        for fd in self._streams:
+            poller.register(fd, select.POLLIN)
+
+    def read(self, poller: select.poll, ready: set[int]) -> None:
+        """Read each ready pipe once; a pipe at EOF is closed and leaves ``poller``."""
+        for fd in [fd for fd in self._streams if fd in ready]:
+            stream, capture = self._streams[fd]
+            if not _read_into(fd, capture):
+                poller.unregister(fd)
+                del self._streams[fd]
+                stream.close()
+
+    def finish(self, seconds: float) -> None:
+        """Read to EOF for at most ``seconds`` (the command is gone), then close the pipes."""
+        deadline = time.monotonic() + seconds
+        poller = select.poll()
+        self.register(poller)
+        while self._streams:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            events = poller.poll(max(1, math.ceil(remaining * 1000)))
+            self.read(poller, {fd for fd, _ in events})
+        self.close()
+
+    def close(self) -> None:
+        for stream, _ in self._streams.values():
+            with contextlib.suppress(OSError):
+                stream.close()
+        self._streams.clear()
 
 
 def _leader_exited(pid: int) -> bool:
@@ -193,6 +249,39 @@ def _wait_exit(pid: int, pidfd: int | None, seconds: float, wake: int | None = N
     # Rounded up: a timeout rounded down to 0 ms would spin until the deadline.
     events = poller.poll(max(0, math.ceil(seconds * 1000)))
     return any(fd == pidfd for fd, _ in events) or _leader_exited(pid)
+
+
+def _wait_draining(
+    pid: int, pidfd: int | None, outputs: _Outputs, timeout_seconds: float,
+    cancel: threading.Event | None, poll_seconds: float,
+) -> ProcessStatus:
+    """Drain the command's pipes until its leader exits (``EXITED``), the deadline passes
+    or ``cancel`` is set; the leader is not reaped."""
+    deadline = time.monotonic() + timeout_seconds
+    # A Cancellation wakes the wait through its descriptor; a plain Event
+    # cannot, so then (and without a pidfd) the wait wakes every poll_seconds.
+    wake = cancel.fileno() if isinstance(cancel, Cancellation) else None
+    ticking = pidfd is None or (cancel is not None and wake is None)
+    poller = select.poll()
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    if wake is not None:
+        poller.register(wake, select.POLLIN)
+    outputs.register(poller)
+    while True:
+        if cancel is not None and cancel.is_set():
+            return ProcessStatus.CANCELLED
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return ProcessStatus.TIMED_OUT
+        wait = min(remaining, poll_seconds) if ticking else remaining
+        # Rounded up: a timeout rounded down to 0 ms would spin until the deadline.
+        ready = {fd for fd, _ in poller.poll(max(0, math.ceil(wait * 1000)))}
+        outputs.read(poller, ready)
+        if (pidfd is not None and pidfd in ready) or (
+            (pidfd is None or not ready) and _leader_exited(pid)
+        ):
+            return ProcessStatus.EXITED
 
 
 def _close_report(report: tuple[int, int] | None, *, both: bool) -> None:
@@ -300,46 +389,31 @@ def run_process(
     status = ProcessStatus.EXITED
     pidfd: int | None = None
     # From here on the group kill is armed: an interrupt (KeyboardInterrupt from
-    # Ctrl-C or kernel run's SIGTERM) can land on any line, even while the
-    # reader threads start, and must never leave the command running.
+    # Ctrl-C or kernel run's SIGTERM) can land on any line and must never leave
+    # the command running, nor its pipes open.
     try:
-        pidfd = _open_pidfd(proc.pid)
         assert proc.stdout is not None and proc.stderr is not None
-        out, err = _Capture(stdout_limit), _Capture(stderr_limit)
-        readers = [
-            threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
-            threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
-        ]
-        for reader in readers:
-            reader.start()
-        deadline = time.monotonic() + timeout_seconds
-        # A Cancellation wakes the wait through its descriptor; a plain Event
-        # cannot, so then (and without a pidfd) the wait wakes every poll_seconds.
-        wake = cancel.fileno() if isinstance(cancel, Cancellation) else None
-        ticking = pidfd is None or (cancel is not None and wake is None)
-        while True:
-            if cancel is not None and cancel.is_set():
-                status = ProcessStatus.CANCELLED
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                status = ProcessStatus.TIMED_OUT
-                break
-            wait = min(remaining, poll_seconds) if ticking else remaining
-            if _wait_exit(proc.pid, pidfd, wait, wake):
-                break
-    finally:
+        outputs = _Outputs(proc.stdout, proc.stderr, (stdout_limit, stderr_limit))
         try:
-            if status is not ProcessStatus.EXITED or not _leader_exited(proc.pid):
-                _stop_contained(proc.pid, pidfd, containment)
+            pidfd = _open_pidfd(proc.pid)
+            status = _wait_draining(proc.pid, pidfd, outputs, timeout_seconds, cancel,
+                                    poll_seconds)
         finally:
-            # With start_new_session the leader's pid is the group id.
-            _kill_group(proc.pid)
-            returncode = proc.wait()
-            if pidfd is not None:
-                os.close(pidfd)
-    for reader in readers:
-        reader.join(_READER_JOIN_SECONDS)
+            try:
+                if status is not ProcessStatus.EXITED or not _leader_exited(proc.pid):
+                    _stop_contained(proc.pid, pidfd, containment)
+            finally:
+                # With start_new_session the leader's pid is the group id.
+                _kill_group(proc.pid)
+                returncode = proc.wait()
+                if pidfd is not None:
+                    os.close(pidfd)
+        outputs.finish(_DRAIN_AFTER_EXIT_SECONDS)
+    finally:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    out, err = outputs.out, outputs.err
     failure = _read_report(report)
     if failure:
         return ProcessResult(
