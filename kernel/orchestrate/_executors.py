@@ -630,22 +630,11 @@ def _interrupts_held(held: list[int]) -> Iterator[None]:
 def _local_worker_config() -> contextlib.AbstractContextManager[object]:
     """Dask settings for the workers of a local cluster (each nanny keeps a copy).
 
-    The statistical profiler is off: it wakes a thread in every worker every
-    10 ms to walk every thread's stack, for a dashboard that is never served
-    here. On two shared cores that thread competes with the checks; with it
-    off, 60 certifications on 2 workers took a median 14.4 s instead of 18.6 s
-    (four interleaved pairs at load average 9; BENCHMARKS.md, issue 10 item 6).
-
-    The periodic house-keeping is slowed for the same reason: every wake-up
-    of an event loop (the scheduler and nannies live in this process, each
-    worker has its own) takes the GIL from the thread that classifies or
-    certifies. The tick only measures how late the loop is, for a warning;
-    the system monitor feeds the dashboard; the memory monitor's limits act
-    on a second's notice instead of a tenth. On a sharded replay of 20,000
-    attempts the command's CPU fell from 5.2-6.3 s to 3.5-4.0 s and the
-    workers' event loops' from 4.0-5.5 s to 2.9-3.0 s (BENCHMARKS.md, "Dask
-    results pickled whole, and a quieter local cluster").
-    A cluster given by address keeps its own workers' settings.
+    No statistical profiler (a thread in every worker walking every stack
+    each 10 ms, for a dashboard never served here), and the tick and the
+    monitors wake less often: each wake-up takes the GIL from the checks or
+    the classification, here (scheduler, nannies) and in each worker (ADR
+    0008 has the measurements). A cluster given by address keeps its own.
     """
     import dask.config
 
