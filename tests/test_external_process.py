@@ -305,3 +305,83 @@ def test_a_cancellation_stops_a_command_that_floods_its_pipes(tmp_path: Path) ->
     assert result.status is ProcessStatus.CANCELLED and result.returncode is None
     assert result.stdout == b"x" * 1000 and result.stdout_truncated
     assert time.monotonic() - started < 10
+
+
+def _cleanup_lines() -> range:
+    """``run_process``'s lines from the cleanup's ``finally:`` to the end of its drain.
+
+    An interrupt inside a ``finally`` block skips the rest of that block in any
+    Python code; what the kernel promises is the body, not its own cleanup.
+    """
+    import inspect
+
+    from kernel.external import _process
+
+    lines, first = inspect.getsourcelines(_process.run_process)
+    text = [line.strip() for line in lines]
+    start = text.index("status = _wait_draining(proc.pid, pidfd, outputs, timeout_seconds, cancel,")
+    end = next(i for i, line in enumerate(text) if line.startswith("outputs.finish("))
+    return range(first + start + 2, first + end)
+
+
+def test_an_interrupt_on_any_line_of_a_launch_leaves_no_process_and_no_descriptor(
+    tmp_path: Path,
+) -> None:
+    """A KeyboardInterrupt raised at the n-th line run in ``kernel.external._process``,
+    for every n until a launch ends without one: the command's group is killed (a
+    grandchild it left behind included) and no pipe of it stays open."""
+    import sys
+
+    from kernel.external import _process
+
+    source = _process.__file__
+    skipped = _cleanup_lines()
+    argv = [PYTHON, "-I", "-S", "-c", "import os, time; os.fork() or time.sleep(60)",
+            str(tmp_path)]
+    interrupted = 0
+    for target in range(1, 400):
+        seen = 0
+        at: list[int] = []
+
+        cleaning = False
+
+        def local(frame: object, event: str, arg: object, target: int = target,
+                  at: list[int] = at) -> object:
+            nonlocal seen, cleaning
+            line = getattr(frame, "f_lineno", 0)
+            if event != "line":
+                return local
+            if getattr(getattr(frame, "f_code", None), "co_name", "") == "run_process":
+                # No injection from the cleanup's finally to the drain, helpers included.
+                cleaning = line in skipped
+            if not cleaning:
+                seen += 1
+                if seen == target:
+                    at.append(line)
+                    raise KeyboardInterrupt
+            return local
+
+        def tracer(frame: object, event: str, arg: object) -> object:
+            code = getattr(frame, "f_code", None)
+            return local if getattr(code, "co_filename", "") == source else None
+
+        before = _open_descriptors()
+        sys.settrace(tracer)  # type: ignore[arg-type]
+        try:
+            run_process(argv, cwd=tmp_path, env=default_environment(), timeout_seconds=30,
+                        cancel=None, stdout_limit=100, stderr_limit=100)
+        except KeyboardInterrupt:
+            interrupted += 1
+        else:
+            break
+        finally:
+            sys.settrace(None)
+        try:
+            assert_no_leftover(tmp_path)
+        except AssertionError as exc:
+            raise AssertionError(f"interrupted at _process.py line {at}: {exc}") from None
+        assert _open_descriptors() == before, f"a descriptor left open at line {at}"
+    else:
+        raise AssertionError("the launch never ended without an interrupt")
+    assert interrupted >= 20  # the body was interrupted at many places, not only at the start
+    assert_no_leftover(tmp_path)

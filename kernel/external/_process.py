@@ -355,64 +355,74 @@ def run_process(
     if (containment is None) != (executable_fd is None):
         raise ValueError("containment and executable_fd go together")
     report: tuple[int, int] | None = None
-    try:
-        command = list(argv)
-        extra_fds: tuple[int, ...] = ()
-        if containment is not None and executable_fd is not None:
-            report = os.pipe()
-            command = list(launcher_argv(containment, report[1], executable_fd, argv, view))
-            extra_fds = (executable_fd, report[1])
-        proc = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-            pass_fds=tuple(pass_fds) + extra_fds,
-            shell=False,
-        )
-    except (OSError, ValueError, subprocess.SubprocessError) as exc:
-        _close_report(report, both=True)
-        return ProcessResult(ProcessStatus.LAUNCH_FAILED, None, b"", b"", False, False, str(exc))
-    except BaseException:
-        _close_report(report, both=True)
-        # Interrupted (KeyboardInterrupt) inside Popen: the child may already be
-        # forked while its pid never reached us. Only run_process starts children
-        # that lead their own session, so kill every such child's group.
-        _kill_session_children()
-        raise
-    if report is not None:
-        os.close(report[1])  # the launcher holds the write end now
     status = ProcessStatus.EXITED
     pidfd: int | None = None
-    # From here on the group kill is armed: an interrupt (KeyboardInterrupt from
-    # Ctrl-C or kernel run's SIGTERM) can land on any line and must never leave
-    # the command running, nor its pipes open.
+    outputs: _Outputs | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    # The group kill is armed from the moment Popen returns: the launch sits
+    # inside the try whose cleanup kills the group, so an interrupt
+    # (KeyboardInterrupt from Ctrl-C or kernel run's SIGTERM) on any line after
+    # it never leaves the command running, nor its pipes open.
     try:
-        assert proc.stdout is not None and proc.stderr is not None
-        outputs = _Outputs(proc.stdout, proc.stderr, (stdout_limit, stderr_limit))
         try:
+            try:
+                command = list(argv)
+                extra_fds: tuple[int, ...] = ()
+                if containment is not None and executable_fd is not None:
+                    report = os.pipe()
+                    command = list(
+                        launcher_argv(containment, report[1], executable_fd, argv, view)
+                    )
+                    extra_fds = (executable_fd, report[1])
+                proc = subprocess.Popen(
+                    command,
+                    cwd=cwd,
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=tuple(pass_fds) + extra_fds,
+                    shell=False,
+                )
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                _close_report(report, both=True)
+                return ProcessResult(
+                    ProcessStatus.LAUNCH_FAILED, None, b"", b"", False, False, str(exc)
+                )
+            except BaseException:
+                _close_report(report, both=True)
+                # Interrupted (KeyboardInterrupt) inside Popen: the child may already be
+                # forked while its pid never reached us. Only run_process starts children
+                # that lead their own session, so kill every such child's group.
+                _kill_session_children()
+                raise
+            if report is not None:
+                os.close(report[1])  # the launcher holds the write end now
+            assert proc.stdout is not None and proc.stderr is not None
+            outputs = _Outputs(proc.stdout, proc.stderr, (stdout_limit, stderr_limit))
             pidfd = _open_pidfd(proc.pid)
             status = _wait_draining(proc.pid, pidfd, outputs, timeout_seconds, cancel,
                                     poll_seconds)
         finally:
-            try:
-                if status is not ProcessStatus.EXITED or not _leader_exited(proc.pid):
-                    _stop_contained(proc.pid, pidfd, containment)
-            finally:
-                # With start_new_session the leader's pid is the group id.
-                _kill_group(proc.pid)
-                returncode = proc.wait()
-                if pidfd is not None:
-                    os.close(pidfd)
+            if proc is not None:
+                try:
+                    if status is not ProcessStatus.EXITED or not _leader_exited(proc.pid):
+                        _stop_contained(proc.pid, pidfd, containment)
+                finally:
+                    # With start_new_session the leader's pid is the group id.
+                    _kill_group(proc.pid)
+                    returncode = proc.wait()
+                    if pidfd is not None:
+                        os.close(pidfd)
+        assert outputs is not None  # set before the wait, which returned
         outputs.finish(_DRAIN_AFTER_EXIT_SECONDS)
     finally:
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        if proc is not None:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
     out, err = outputs.out, outputs.err
     failure = _read_report(report)
     if failure:
