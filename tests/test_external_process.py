@@ -292,8 +292,11 @@ def test_a_descendant_holding_the_pipes_after_the_exit_delays_the_result_by_a_bo
     assert _open_descriptors() == before
 
 
-def test_a_cancellation_stops_a_command_that_floods_its_pipes(tmp_path: Path) -> None:
-    cancel = Cancellation()
+@pytest.mark.parametrize("kind", ["cancellation", "plain event"])
+def test_a_cancellation_stops_a_command_that_floods_its_pipes(tmp_path: Path, kind: str) -> None:
+    """Output arriving all the time must not hide the event: a Cancellation wakes the
+    wait through its descriptor, a plain Event is still looked at on every tick."""
+    cancel = Cancellation() if kind == "cancellation" else threading.Event()
     timer = threading.Timer(0.5, cancel.set)
     timer.start()
     started = time.monotonic()

@@ -268,10 +268,17 @@ def _wait_draining(
     if wake is not None:
         poller.register(wake, select.POLLIN)
     outputs.register(poller)
+    # The event is looked at now, then when its descriptor wakes the wait, or
+    # (``ticking``) every poll_seconds: output arriving is no reason to look.
+    look_at = time.monotonic()
+    ready: set[int] = set()
     while True:
-        if cancel is not None and cancel.is_set():
-            return ProcessStatus.CANCELLED
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        if cancel is not None and (now >= look_at or (wake is not None and wake in ready)):
+            if cancel.is_set():
+                return ProcessStatus.CANCELLED
+            look_at = now + poll_seconds if ticking else math.inf
+        remaining = deadline - now
         if remaining <= 0:
             return ProcessStatus.TIMED_OUT
         wait = min(remaining, poll_seconds) if ticking else remaining
