@@ -133,14 +133,15 @@ class Attempt:
         default=attrs.Factory(lambda self: self.files, takes_self=True), eq=False, repr=False
     )
     sealed: SealedCopies = attrs.field(factory=SealedCopies, eq=False, repr=False)
-
-    @property
-    def snapshot(self) -> Path:
-        return self.root / "snapshot"
-
-    @property
-    def evidence(self) -> Path:
-        return self.root / "evidence"
+    # Joined once: the checks after each step name the snapshot once per file.
+    snapshot: Path = attrs.field(
+        init=False, eq=False, repr=False,
+        default=attrs.Factory(lambda self: self.root / "snapshot", takes_self=True),
+    )
+    evidence: Path = attrs.field(
+        init=False, eq=False, repr=False,
+        default=attrs.Factory(lambda self: self.root / "evidence", takes_self=True),
+    )
 
     def role_dir(self, role: Role) -> Path:
         return self.root / role.value
