@@ -177,7 +177,8 @@ class _Outputs:
                 stream.close()
 
     def finish(self, seconds: float) -> None:
-        """Read to EOF for at most ``seconds`` (the command is gone), then close the pipes."""
+        """Read to EOF for at most ``seconds`` (the command is gone); ``run_process``
+        closes whatever pipe is still open, on every way out."""
         deadline = time.monotonic() + seconds
         poller = select.poll()
         self.register(poller)
@@ -187,13 +188,6 @@ class _Outputs:
                 break
             events = poller.poll(max(1, math.ceil(remaining * 1000)))
             self.read(poller, {fd for fd, _ in events})
-        self.close()
-
-    def close(self) -> None:
-        for stream, _ in self._streams.values():
-            with contextlib.suppress(OSError):
-                stream.close()
-        self._streams.clear()
 
 
 def _leader_exited(pid: int) -> bool:
