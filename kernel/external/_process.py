@@ -225,11 +225,12 @@ def _kill_session_children() -> None:
                 _kill_group(pid)
 
 
-def _wait_exit(pid: int, pidfd: int | None, seconds: float, wake: int | None = None) -> bool:
+def _wait_exit(pid: int, pidfd: int | None, seconds: float) -> bool:
     """Wait up to ``seconds`` for ``pid`` to exit (not reaped); True once it has.
 
-    With a pidfd this is one ``poll``, which ``wake`` (a descriptor that
-    becomes readable) can also end early; without one, a sleep of ``seconds``.
+    With a pidfd this is one ``poll``; without one, a sleep of ``seconds``.
+    Only the stop of a contained step waits this way; a running command's
+    wait also drains its pipes (``_wait_draining``).
     """
     if pidfd is None:
         if _leader_exited(pid):
@@ -238,11 +239,9 @@ def _wait_exit(pid: int, pidfd: int | None, seconds: float, wake: int | None = N
         return _leader_exited(pid)
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
-    if wake is not None:
-        poller.register(wake, select.POLLIN)
     # Rounded up: a timeout rounded down to 0 ms would spin until the deadline.
     events = poller.poll(max(0, math.ceil(seconds * 1000)))
-    return any(fd == pidfd for fd, _ in events) or _leader_exited(pid)
+    return bool(events) or _leader_exited(pid)
 
 
 def _wait_draining(
