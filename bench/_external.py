@@ -231,7 +231,8 @@ _SPLIT: Final = {
     "launches, in-process part (fork/exec, drain, wait)": ("run_process",),
     "file writes (job, identity, requests, logs; metadata commit with fsync)": (
         "write_atomic",
-        "write_json_atomic",
+        "write_new",
+        "write_json_new",
     ),
     "requests and receipt (build, validate)": ("request_object", "validate_receipt"),
     "attempt directory, job, containment choice": (

@@ -14,10 +14,11 @@ WRITER = """
 import os, sys
 from pathlib import Path
 os.umask(int(sys.argv[2], 8))
-from kernel.external._files import write_atomic, write_json_atomic
+from kernel.external._files import write_atomic, write_json_new, write_new
 write_atomic(Path(sys.argv[1]) / "plain.bin", b"evidence")
 write_atomic(Path(sys.argv[1]) / "durable.bin", b"metadata", durable=True)
-write_json_atomic(Path(sys.argv[1]) / "record.json", {"k": 1})
+write_json_new(Path(sys.argv[1]) / "record.json", {"k": 1})
+write_new(Path(sys.argv[1]) / "log.txt", b"log")
 """
 
 
@@ -29,5 +30,5 @@ def test_run_store_files_take_the_users_umask(tmp_path: Path, umask: int, mode: 
     )
     assert done.returncode == 0, done.stderr
     written = sorted(tmp_path.iterdir())
-    assert [p.name for p in written] == ["durable.bin", "plain.bin", "record.json"]
+    assert [p.name for p in written] == ["durable.bin", "log.txt", "plain.bin", "record.json"]
     assert {stat.S_IMODE(p.stat().st_mode) for p in written} == {mode}

@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,18 @@ def _stored(outcome: RunOutcome) -> dict[str, Any]:
     value = json.loads(Path(outcome.attempt_dir, "metadata.json").read_bytes())
     assert isinstance(value, dict)
     return value
+
+
+def _after_the_ctime_of(path: Path) -> None:
+    """Return once a file written now is stamped with a later ctime than ``path``'s."""
+    probe = path.with_name(path.name + ".tick")
+    for _ in range(10_000):
+        probe.write_bytes(b"")
+        if probe.stat().st_ctime_ns > path.stat().st_ctime_ns:
+            probe.unlink()
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"the clock stamped nothing later than {path}'s ctime")
 
 
 def _pinned_bytes(scenario: Scenario, helper: Path) -> int:
@@ -101,6 +114,10 @@ def test_the_same_bytes_under_a_new_inode_are_read_again_and_pass(
     replacement = run.checker_script.with_suffix(".new")
     replacement.write_bytes(run.checker_script.read_bytes())
     os.replace(replacement, run.checker_script)
+    # The record of the new file settles once a later write is stamped later
+    # (the FileLedger rule); a run that starts within the same timestamp tick
+    # would rightly hash it again, so the run starts past that tick.
+    _after_the_ctime_of(run.checker_script)
     again = run.run("run-2", pins=cache)
     assert again.status is Status.PASS, _stored(again)["detail"]
     assert cache.copies_made == copies + 1  # a fresh sealed copy of the new file

@@ -250,6 +250,38 @@ def test_a_command_that_swaps_its_role_directory_for_a_symlink_is_tampering(
     )
 
 
+@pytest.mark.parametrize("planted", ["file", "symlink"])
+@pytest.mark.parametrize("role", ["producer", "checker"])
+def test_a_command_that_plants_its_own_log_is_tampering(
+    tmp_path: Path, role: str, planted: str
+) -> None:
+    # stdout.log and stderr.log are the kernel's record of the command: one
+    # the command wrote itself (or a symlink to a file elsewhere) is never
+    # taken as that record, never replaced quietly, never written through.
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the kernel's\n")
+    log = "os.path.join(os.path.dirname(sys.argv[1]), 'stdout.log')"
+    plant = (
+        "import os, sys, json\n"
+        + (f"open({log}, 'w').write('all obligations accepted\\n')\n" if planted == "file"
+           else f"os.symlink({str(outside)!r}, {log})\n")
+    )
+    if role == "producer":
+        scenario = Scenario(
+            tmp_path, max_containment=BELOW_SANDBOX, producer=HONEST_PRODUCER + plant
+        )
+    else:
+        scenario = Scenario(
+            tmp_path, max_containment=BELOW_SANDBOX,
+            checker_custom=plant.replace("sys.argv[1]", "receipt_path"),
+        )
+    outcome = scenario.run()
+    assert outcome.status is Status.BLOCKED
+    assert outcome.reason is Reason.RUN_DIR_TAMPERED, outcome.metadata.decision.detail
+    assert f"{role}/stdout.log existed" in outcome.metadata.decision.detail
+    assert outside.read_text() == "not the kernel's\n"
+
+
 # --- replay of a tampered run directory ---------------------------------------------
 
 

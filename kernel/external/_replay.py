@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kernel.external._contain import ContainmentLevel
-from kernel.external._files import StopWhen, list_digest, read_capped, write_atomic
+from kernel.external._files import StopWhen, list_digest, read_capped, write_new
 from kernel.external._job import MAX_JOB_BYTES, Job
 from kernel.external._manifest import load_manifest
 from kernel.external._outcome import Reason, RunKind, RunMetadata, RunOutcome
@@ -163,7 +163,7 @@ def replay_run(
     )
 
     def body() -> None:
-        write_atomic(attempt.root / "job.json", job_bytes)
+        write_new(attempt.root / "job.json", job_bytes)
         check_job(job, entry)
         containment = choose_containment(entry, rec, max_containment, limits)
         identity = build_identity(entry, rec, attempt)

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kernel.external._contain import ContainmentLevel
-from kernel.external._files import StopWhen, list_digest, write_atomic, write_json_atomic
+from kernel.external._files import StopWhen, list_digest, write_json_new, write_new
 from kernel.external._identity import CheckIdentity
 from kernel.external._job import Job
 from kernel.external._manifest import CheckEntry
@@ -131,7 +131,7 @@ def run_check(
     )
 
     def body() -> None:
-        write_atomic(attempt.root / "job.json", dumps(job) + b"\n")
+        write_new(attempt.root / "job.json", dumps(job) + b"\n")
         check_job(job, entry)
         containment = choose_containment(entry, rec, max_containment, limits)
         identity = build_identity(entry, rec, attempt, producer=supplied_evidence is None)
@@ -174,7 +174,7 @@ def run_check(
     def produce(identity: CheckIdentity, containment: ContainmentLevel) -> None:
         producer_dir = attempt.role_dir(Role.PRODUCER)
         producer_dir.mkdir()
-        request = write_json_atomic(
+        request = write_json_new(
             producer_dir / "request.json",
             request_object(Role.PRODUCER, RunKind.RUN, entry, job, identity, rec, attempt),
         )

@@ -41,7 +41,8 @@ from kernel.external._files import (
     read_capped,
     walk_tree,
     write_atomic,
-    write_json_atomic,
+    write_json_new,
+    write_new,
 )
 from kernel.external._identity import CheckIdentity, all_pins, identity_of
 from kernel.external._job import Job, job_digest_of
@@ -186,7 +187,7 @@ def build_identity(
         raise Block(Reason.PIN_MISMATCH, failure.detail)
     identity = identity_of(entry)
     rec.check_digest = identity.check_digest
-    write_atomic(attempt.root / "identity.json", identity.canonical + b"\n")
+    write_new(attempt.root / "identity.json", identity.canonical + b"\n")
     return identity
 
 
@@ -396,8 +397,17 @@ def launch(
         raise Block(
             Reason.RUN_DIR_TAMPERED, f"{role.value}/ is no longer a plain directory", summary
         )
-    write_atomic(directory / "stdout.log", result.stdout)
-    write_atomic(directory / "stderr.log", result.stderr)
+    for name, data in (("stdout.log", result.stdout), ("stderr.log", result.stderr)):
+        try:
+            write_new(directory / name, data)
+        except FileExistsError as exc:
+            # The log names are the kernel's: a step that put something there
+            # wrote into the kernel's record of it.
+            raise Block(
+                Reason.RUN_DIR_TAMPERED,
+                f"{role.value}/{name} existed before the kernel wrote it",
+                summary,
+            ) from exc
     if result.status is not ProcessStatus.EXITED or result.returncode != 0:
         raise Block(_reason_for(role, result.status), f"{role.value} {result.detail}", summary)
     return summary
@@ -469,7 +479,7 @@ def check_phase(
         directory.mkdir()
     except FileExistsError as exc:
         raise Block(Reason.RUN_DIR_TAMPERED, "checker/ existed before the checker ran") from exc
-    request = write_json_atomic(
+    request = write_json_new(
         directory / "request.json",
         request_object(Role.CHECKER, kind, entry, job, identity, rec, attempt),
     )
