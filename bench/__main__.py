@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="--targets: also write JSON")
     parser.add_argument(
+        "--sharded-rounds", type=int, metavar="N",
+        help="--targets: interleaved rounds of target 9 (default 3; --quick: 1)",
+    )
+    parser.add_argument(
         "--workers", default="1,2,4", help="--parallel: worker counts (default 1,2,4)"
     )
     args = parser.parse_args(argv)
@@ -120,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         base = QUICK if args.quick else Settings()
         only = frozenset(int(n) for n in args.only.split(","))
         settings = Settings(**{**base.__dict__, "only": only})
+        if args.sharded_rounds is not None:
+            if args.sharded_rounds < 1:
+                parser.error("--sharded-rounds must be at least 1")
+            settings = Settings(**{**settings.__dict__, "sharded_rounds": args.sharded_rounds})
         return targets_main(settings, json_path=args.json, as_markdown=args.markdown)
     if args.drat:
         from bench._drat import main as drat_main
