@@ -353,6 +353,37 @@ class BundleStreamReader:
         """N, once the header has been read."""
         return None if self._header is None else self._header.run.attempt_count
 
+    def read_run(self) -> tuple[StreamHeader, GeometricSearchRun]:
+        """The header and the run this reader built from its lines (``ValueError`` before)."""
+        if self._header is None or self._run is None:
+            raise ValueError("the run has not been read yet")
+        return self._header, self._run
+
+    @classmethod
+    def resumed(
+        cls, header: StreamHeader, run: GeometricSearchRun, limits: BundleLimits = BUNDLE_LIMITS
+    ) -> BundleStreamReader:
+        """A reader past the run lines of ``header`` and ``run`` (``read_run`` of another
+        reader), expecting attempt line 0: for a worker handed a run read elsewhere.
+
+        Nothing here re-validates ``run``: replay examines every run it classifies
+        against (``examine_run`` re-runs every record's validators), so a run that
+        is not what a reader builds is refused there, never trusted.
+        """
+        if type(header) is not StreamHeader or type(run) is not GeometricSearchRun:
+            raise ValueError("not a stream header and a search run")
+        head = header.run
+        if (run.run_id, run.run_policy_version, run.run_input, run.input_digest) != (
+            head.run_id, head.run_policy_version, head.run_input, head.input_digest
+        ) or len(run.candidate_attempts) != head.attempt_count:
+            raise ValueError("the run is not the one its header states")
+        reader = cls(limits)
+        reader._header = header
+        reader._run_attempts = list(run.candidate_attempts)
+        reader._run = run
+        reader._line = 1 + len(reader._run_attempts)
+        return reader
+
     def positioned(self, attempt_index: int) -> BundleStreamReader:
         """A reader of this run that expects attempt line ``attempt_index`` next.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -22,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel.bundles import BundleStreamReader
+from kernel.bundles import BundleStreamReader, ReadyAttempt, outcome_line
+from kernel.orchestrate._shards import classify_item
+from kernel.organs import builtin_manifest
 from tests.support.cli import KERNEL_MAIN
 from tests.support.processes import (
     assert_no_new_descendants,
@@ -372,3 +375,67 @@ def test_executor_options_are_refused_before_anything_is_classified(
     assert done.stderr.decode().startswith(f"error: {code}: "), done.stderr
     assert b"Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the run sent parsed -----------------------------------------------------------------
+
+
+def _read_head(lines: list[bytes]) -> BundleStreamReader:
+    reader = BundleStreamReader()
+    for line in lines:
+        assert reader.feed(line) is None
+    assert reader.run_ready
+    return reader
+
+
+def test_a_resumed_reader_reads_and_replays_what_one_reader_does(
+    bundles: dict[int, Path],
+) -> None:
+    # What a worker gets: the command's header and run, through a pickle.
+    lines = bundles[10].read_bytes().splitlines()
+    attempts = [*lines[11:15], b"{bad", *lines[16:]]
+    whole = _read_head(lines[:11])
+    expected = [whole.feed(line) for line in attempts]
+    sent = pickle.loads(pickle.dumps(_read_head(lines[:11]).read_run(), 5))
+    resumed = BundleStreamReader.resumed(*sent)
+    found = [resumed.feed(line) for line in attempts]
+    assert [repr(item) for item in found] == [repr(item) for item in expected]
+    manifest = builtin_manifest()
+    outcomes = [
+        [outcome_line(item.attempt_index, item.attempt_id, classify_item(item, manifest, None)[0])
+         for item in items if item is not None]
+        for items in (expected, found)
+    ]
+    assert outcomes[0] == outcomes[1] and len(outcomes[0]) == 10
+    with pytest.raises(ValueError, match="not been read"):
+        BundleStreamReader().read_run()
+
+
+def test_a_resumed_reader_refuses_a_run_its_header_does_not_state(
+    bundles: dict[int, Path],
+) -> None:
+    header, _ = _read_head(bundles[10].read_bytes().splitlines()[:11]).read_run()
+    _, other = _read_head(bundles[1].read_bytes().splitlines()[:2]).read_run()
+    with pytest.raises(ValueError, match="not the one its header states"):
+        BundleStreamReader.resumed(header, other)
+    with pytest.raises(ValueError, match="not a stream header"):
+        BundleStreamReader.resumed(other, header)  # type: ignore[arg-type]
+
+
+def test_a_run_altered_after_the_reader_built_it_is_refused_not_trusted(
+    bundles: dict[int, Path],
+) -> None:
+    # resumed() re-validates nothing: the facts replay examines for every run
+    # it classifies catch a record changed behind attrs' back (ADR 0011).
+    lines = bundles[10].read_bytes().splitlines()
+    header, run = pickle.loads(pickle.dumps(_read_head(lines[:11]).read_run(), 5))
+    object.__setattr__(run.candidate_attempts[3], "attempt_id", "0" * 64)
+    item = BundleStreamReader.resumed(header, run).feed(lines[11])
+    honest = _read_head(lines[:11]).feed(lines[11])
+    assert isinstance(item, ReadyAttempt) and isinstance(honest, ReadyAttempt)
+    manifest = builtin_manifest()
+    forged = json.loads(outcome_line(0, item.attempt_id, classify_item(item, manifest, None)[0]))
+    kept = json.loads(outcome_line(0, honest.attempt_id, classify_item(honest, manifest, None)[0]))
+    assert forged["outcome"]["reason_codes"] == ["run_attempts_inconsistent"]
+    assert forged["outcome"]["replay_disposition"] == "candidate_identity_mismatch"
+    assert "run_attempts_inconsistent" not in json.dumps(kept)

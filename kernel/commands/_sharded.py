@@ -1,8 +1,9 @@
 """``kernel replay --workers N`` / ``--executor dask``: the command's side of sharded replay.
 
 ``open_sharded`` reads a bundle like ``open_bundle`` (the same refusals, at
-the same points) but keeps the bytes of its shared part (a stream's header
-and run lines, or the document) to send to each worker once, and cuts the
+the same points) and keeps its shared part (a stream's header and run as
+its reader built them, pickled once; or the document's bytes) to send to
+each worker once, and cuts the
 attempt lines into shards as they are read (``StreamShards``). Envelope
 defects that serial replay finds after the attempts (lines after the last
 attempt, attempt lines missing at the end) are found here by the command's
@@ -223,7 +224,6 @@ def open_sharded(
         if copy is not None:
             copy.stream = True
         reader = BundleStreamReader()
-        kept = [first]
         try:
             reader.feed(first)
             while not reader.run_ready:
@@ -234,11 +234,10 @@ def open_sharded(
                     reader.feed_oversized()
                 else:
                     reader.feed(line)
-                    kept.append(line)
         except BundleStreamError as exc:
             refuse(exc.code, f"{path}: {exc.message}")
         count = reader.attempt_count or 0
-        return count, shared_stream(kept), StreamShards(reader, lines, count, shard_size)
+        return count, shared_stream(reader), StreamShards(reader, lines, count, shard_size)
     rest = handle.read(BUNDLE_LIMITS.document_bytes + 1 - len(first))
     data = first
     try:
