@@ -168,7 +168,7 @@ def shared_stream(reader: BundleStreamReader) -> SharedRun:
 
     Pickled, not the lines: unpickling the run costs a worker about a quarter
     of parsing and structuring its lines again (0.8 s against 3.1 s at
-    100,000 run lines; BENCHMARKS.md, "The run sent parsed").
+    100,000 run lines; BENCHMARKS.md, "Three rounds, and the run sent parsed").
     """
     data = pickle.dumps(reader.read_run(), pickle.HIGHEST_PROTOCOL)
     return SharedRun("stream", (data,), _token("stream", (data,)))
