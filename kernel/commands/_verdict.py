@@ -85,6 +85,16 @@ DEFAULT_FAIL_ON: Final = (FailOn.UNCLASSIFIED,)
 
 
 FAIL_ON_CHOICES: Final = ",".join(c.value for c in FailOn)
+# Each set of classes an outcome can be in, as its listed names in FailOn's order:
+# iterating the enum per listed outcome was 7% of the command's CPU in a sharded run.
+_CLASS_NAMES: dict[frozenset[FailOn], tuple[str, ...]] = {}
+
+
+def _class_names(classes: frozenset[FailOn]) -> tuple[str, ...]:
+    names = _CLASS_NAMES.get(classes)
+    if names is None:
+        names = _CLASS_NAMES[classes] = tuple(c.value for c in FailOn if c in classes)
+    return names
 _INTEGRITY: Final = frozenset({D.CANDIDATE_IDENTITY_MISMATCH, D.INVALID_REPLAY_INPUT})
 _UNAVAILABLE: Final = frozenset({D.CONTRACT_REPLAY_UNAVAILABLE, D.PROOF_REPLAY_UNAVAILABLE})
 _INCONCLUSIVE_SUFFIXES: Final = tuple(
@@ -241,7 +251,7 @@ class Tally:
             return None
         entry = Listed(
             index, attempt_id, disposition, counted.outcome_id, counted.reason_codes,
-            tuple(c.value for c in FailOn if c in classes), cause,
+            _class_names(classes), cause,
         )
         if len(self.listed) < LIST_LIMIT:
             self.listed.append(entry)
