@@ -139,7 +139,7 @@ examples-external: $(STAMP) sandbox-tools  ## run the SMT (z3 -> cvc5) and SAT (
 # Side-by-side benchmarks (bench/): variants interleaved over many rounds,
 # reported as ratios with their spread; results are kept in BENCHMARKS.md.
 .PHONY: bench
-bench: $(STAMP) sandbox-tools  ## issue 10's seven targets, issue 21's store and issue 22's sharded replay side by side, one table of ratios (~50 min, of which target 9's three rounds ~25; BENCHMARKS.md)
+bench: $(STAMP) sandbox-tools  ## issue 10's seven targets, issue 21's store and issue 22's sharded replay side by side, one table of ratios (~30-50 min, of which target 9's three rounds ~25; BENCHMARKS.md)
 	@mkdir -p build
 	$(BIN)/python -m bench --targets --markdown --json build/bench-targets.json
 
