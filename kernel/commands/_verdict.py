@@ -85,6 +85,11 @@ DEFAULT_FAIL_ON: Final = (FailOn.UNCLASSIFIED,)
 
 
 FAIL_ON_CHOICES: Final = ",".join(c.value for c in FailOn)
+_INTEGRITY: Final = frozenset({D.CANDIDATE_IDENTITY_MISMATCH, D.INVALID_REPLAY_INPUT})
+_UNAVAILABLE: Final = frozenset({D.CONTRACT_REPLAY_UNAVAILABLE, D.PROOF_REPLAY_UNAVAILABLE})
+_INCONCLUSIVE_SUFFIXES: Final = tuple(
+    f":gate:{reason.value}" for reason in (GateReason.STATUS_INCONCLUSIVE, GateReason.STATUS_ERROR)
+)
 # Each set of classes an outcome can be in, as its listed names in FailOn's order:
 # iterating the enum per listed outcome was 7% of the command's CPU in a sharded run.
 _CLASS_NAMES: dict[frozenset[FailOn], tuple[str, ...]] = {}
@@ -95,11 +100,6 @@ def _class_names(classes: frozenset[FailOn]) -> tuple[str, ...]:
     if names is None:
         names = _CLASS_NAMES[classes] = tuple(c.value for c in FailOn if c in classes)
     return names
-_INTEGRITY: Final = frozenset({D.CANDIDATE_IDENTITY_MISMATCH, D.INVALID_REPLAY_INPUT})
-_UNAVAILABLE: Final = frozenset({D.CONTRACT_REPLAY_UNAVAILABLE, D.PROOF_REPLAY_UNAVAILABLE})
-_INCONCLUSIVE_SUFFIXES: Final = tuple(
-    f":gate:{reason.value}" for reason in (GateReason.STATUS_INCONCLUSIVE, GateReason.STATUS_ERROR)
-)
 
 
 def parse_fail_on(values: list[str] | None) -> frozenset[FailOn]:
