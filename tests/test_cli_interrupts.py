@@ -45,7 +45,13 @@ from typer.testing import CliRunner
 from kernel.cli import app
 from tests.orchestrate_helpers import ROOT
 from tests.support.cli import KERNEL_MAIN
-from tests.support.processes import census, cmdline, descendants, kill_all, new_processes
+from tests.support.processes import (
+    census,
+    cmdline,
+    kill_all,
+    new_processes,
+    pool_workers,
+)
 
 DRAFT = ROOT / "examples" / "drafts" / "marbles.json"
 ATTEMPTS = 8
@@ -267,9 +273,9 @@ def replay_scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, byt
 
 
 def _wait_for_workers(process: subprocess.Popen[bytes]) -> None:
-    """Until two worker processes (spawn children, pool or Dask) of the command run."""
+    """Until two worker processes (forked or spawned, pool or Dask) of the command run."""
     deadline = time.monotonic() + 120
-    while sum(b"spawn_main" in cmdline(pid) for pid in descendants(process.pid)) < 2:
+    while len(pool_workers(process.pid)) < 2:
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "no workers started"
         time.sleep(0.02)

@@ -29,9 +29,9 @@ from kernel.organs import builtin_manifest
 from tests.support.cli import KERNEL_MAIN
 from tests.support.processes import (
     assert_no_new_descendants,
-    cmdline,
     communicate_while_killing,
     descendants,
+    pool_workers,
 )
 from tests.test_orchestrate_cluster import Cluster
 
@@ -243,10 +243,6 @@ def test_a_positioned_reader_reads_what_one_reader_reads(bundles: dict[int, Path
 # --- faults -----------------------------------------------------------------------------
 
 
-def _pool_workers(pid: int) -> list[int]:
-    return [child for child in descendants(pid) if b"spawn_main" in cmdline(child)]
-
-
 def _start(argv: list[str | Path]) -> subprocess.Popen[bytes]:
     # Unbuffered: the first line is read here, the rest by communicate(), which
     # reads the pipe itself (bytes a buffered reader had taken would be lost).
@@ -269,7 +265,7 @@ def test_a_pool_worker_killed_mid_run_loses_and_duplicates_no_outcome(
     process = _start(["replay", bundles[1000], "-f", "jsonl", "--workers", "2",
                       "--shard-size", "20"])
     first = _first_line(process)
-    workers = _pool_workers(process.pid)
+    workers = pool_workers(process.pid)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
     rest, stderr = process.communicate(timeout=120)  # the whole run takes seconds
@@ -285,7 +281,7 @@ def test_workers_that_keep_dying_fail_closed_with_worker_lost(
     out = tmp_path / "outcomes.jsonl"
     process = _start(["replay", bundles[1000], "-o", out, "--workers", "2",
                       "--shard-size", "5"])
-    stderr = communicate_while_killing(process, lambda: _pool_workers(process.pid))
+    stderr = communicate_while_killing(process, lambda: pool_workers(process.pid))
     assert process.returncode == 2, stderr
     assert stderr.startswith(b"error: worker_lost: a worker process died 4 times"), stderr
     assert b"no outcome file written" in stderr
@@ -302,7 +298,7 @@ def test_ctrl_c_ends_every_worker_within_a_bound(
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=group)
     deadline = time.monotonic() + 120
-    while not (workers := _pool_workers(process.pid)) or not list(tmp_path.iterdir()):
+    while not (workers := pool_workers(process.pid)) or not list(tmp_path.iterdir()):
         assert process.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
     time.sleep(0.5)  # into the shards

@@ -21,6 +21,8 @@ finish within a bound.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -28,6 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -72,7 +75,8 @@ import sys
 from kernel.orchestrate._shards import Job, process_shards, shared_document
 from tests.test_shard_workers import large_result_dying_once
 data = open(sys.argv[1], "rb").read()
-with process_shards(shared_document(data), 2) as runner:
+with process_shards(shared_document(data), 2, fork=sys.argv[3] == "fork") as runner:
+    print("started", *runner.methods, flush=True)
     for number in range(4):
         runner.submit(Job(large_result_dying_once, (sys.argv[2], number)))
     for number in range(4):
@@ -80,18 +84,19 @@ with process_shards(shared_document(data), 2) as runner:
         assert job.args[1] == number, job.args
         assert result == bytes([number]) * len(result) and len(result) > 0
         print(number, len(result), flush=True)
-print("restarts", runner.restarts, flush=True)
+    print("restarts", runner.restarts, *runner.methods, flush=True)
 """
 
 
 @pytest.mark.usefixtures("no_leftovers")
+@pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_a_worker_killed_while_writing_its_result_is_replaced_and_its_job_run_again(
-    tmp_path: Path,
+    tmp_path: Path, method: str
 ) -> None:
     marker = tmp_path / "died-once"
     process = subprocess.Popen(
         [sys.executable, "-c", _RUN, str(ROOT / "examples" / "replay" / "bundle.json"),
-         str(marker)],
+         str(marker), method],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True,
     )
     try:
@@ -102,7 +107,87 @@ def test_a_worker_killed_while_writing_its_result_is_replaced_and_its_job_run_ag
         pytest.fail(f"the runner hung after its worker died mid-write: {stdout!r} {stderr!r}")
     assert marker.exists()  # the first job did arm its kill
     size = _RESULT_BYTES
-    assert stdout.decode().splitlines() == [
+    # The dead worker's replacement is spawned, whatever the first ones were.
+    assert stdout.decode().splitlines() == [f"started {method} {method}"] + [
         f"{number} {size}" for number in range(4)
-    ] + ["restarts 1"], stderr.decode(errors="replace")[-3000:]
+    ] + [f"restarts 1 {method} spawn"], stderr.decode(errors="replace")[-3000:]
     assert process.returncode == 0, stderr.decode(errors="replace")[-3000:]
+
+
+# --- forked workers ---------------------------------------------------------------------
+
+
+def what_a_worker_holds(shared: object) -> dict[str, object]:
+    """A job: this worker's descriptors (their targets), stdout and SIGTERM handler."""
+    held = {}
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            held[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+    return {"fds": held, "pid": os.getpid(), "sigterm": repr(signal.getsignal(signal.SIGTERM))}
+
+
+_HOLDS = """
+import json, os, signal, sys, threading
+from kernel.orchestrate._shards import Job, process_shards, shared_document
+from tests.test_shard_workers import what_a_worker_holds
+signal.signal(signal.SIGTERM, lambda *_: None)  # a handler of the caller's own
+sys.stdout.write("buffered before the workers\\n")  # a pipe: block-buffered, not yet written
+if sys.argv[2] == "thread":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+data = open(sys.argv[1], "rb").read()
+with process_shards(shared_document(data), 2, fork=True) as runner:
+    mine = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            mine[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            pass
+    for _ in range(4):
+        runner.submit(Job(what_a_worker_holds, ()))
+    held = [runner.take()[1] for _ in range(4)]
+    methods = runner.methods
+sys.stderr.write(json.dumps({"methods": methods, "mine": mine, "held": held}))
+"""
+
+
+def _holds(tmp_path: Path, thread: str) -> tuple[bytes, dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-c", _HOLDS, str(ROOT / "examples" / "replay" / "bundle.json"),
+         thread],
+        capture_output=True, cwd=ROOT, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    return done.stdout, cast(dict[str, Any], json.loads(done.stderr))
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_forked_worker_keeps_no_pipe_of_the_caller_nor_its_stdout_or_handlers(
+    tmp_path: Path,
+) -> None:
+    stdout, found = _holds(tmp_path, "alone")
+    assert found["methods"] == ["fork", "fork"]
+    # What the caller had buffered on stdout is written once, by the caller
+    # (multiprocessing flushes it before the fork, and the worker's stdout is
+    # /dev/null should a flush have failed).
+    assert stdout == b"buffered before the workers\n"
+    ours = {target for target in found["mine"].values() if target.startswith("socket:")}
+    assert len(ours) >= 2  # the caller's end of each worker's pipe
+    pids = {held["pid"] for held in found["held"]}
+    assert len(pids) == 2
+    for held in found["held"]:
+        targets = set(held["fds"].values())
+        # Its own pipe end only: none of the caller's ends, its own pipe's included.
+        assert not targets & ours, held
+        assert held["fds"]["1"] == os.devnull, held
+        assert held["sigterm"] == repr(signal.SIG_DFL), held
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_with_another_thread_running_the_workers_are_spawned_not_forked(
+    tmp_path: Path,
+) -> None:
+    stdout, found = _holds(tmp_path, "thread")
+    assert found["methods"] == ["spawn", "spawn"]
+    assert stdout == b"buffered before the workers\n"
+    for held in found["held"]:
+        assert held["sigterm"] == repr(signal.SIG_DFL), held

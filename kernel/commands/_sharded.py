@@ -285,14 +285,18 @@ def replay_sharded(
     # collection that the outcomes unpickled from the workers set off.
     gc.freeze()
     with contextlib.ExitStack() as stack:
-        emitter = stack.enter_context(Emitter(
-            out=out, output_format=output_format, quiet=quiet, verbose=verbose,
-            fail_on=fail_on, total=total, label="replaying"))
+        # The workers first: a pool's are forked from this process while it
+        # runs no other thread (the progress bar's comes with the emitter) and
+        # holds no output file.
+        emitter: Emitter | None = None
         try:
             try:
                 runner = stack.enter_context(_runner(spec, shared))
             except ExecutorSetupError as exc:
                 refuse(exc.code, exc.message)
+            emitter = stack.enter_context(Emitter(
+                out=out, output_format=output_format, quiet=quiet, verbose=verbose,
+                fail_on=fail_on, total=total, label="replaying"))
             manifest = builtin_manifest()
             for index, attempt_id, summary, line in runner.run(shards, replay_summary):
                 counted, cause, hint = summary
@@ -308,16 +312,18 @@ def replay_sharded(
                 stream_error(bundle_path, shards.error)
         except ShardError as exc:
             written = "" if out is None or is_stdio(out) else "; no outcome file written"
-            refuse(exc.code, f"{exc.message}: {emitter.tally.total} of {total} attempts "
-                   f"written{written}")
+            done = 0 if emitter is None else emitter.tally.total
+            refuse(exc.code, f"{exc.message}: {done} of {total} attempts written{written}")
         except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (kernel.commands._signals)
             name, exit_code = interruption(exc)
             where = ("the outcome lines on stdout are incomplete"
                      if output_format is OutputFormat.JSONL else "no summary")
             written = "" if out is None or is_stdio(out) else "; no outcome file written"
-            typer.echo(f"error: interrupted: {name} after {emitter.tally.total} of {total} "
+            done = 0 if emitter is None else emitter.tally.total
+            typer.echo(f"error: interrupted: {name} after {done} of {total} "
                        f"attempts; {where}{written}", err=True)
             raise typer.Exit(exit_code) from None
+        assert emitter is not None  # set before the first outcome
         code = emitter.finish()
     if code:
         raise typer.Exit(code)
@@ -329,7 +335,9 @@ def _runner(spec: ExecutorSpec, shared: SharedRun) -> contextlib.AbstractContext
     match spec.kind:
         case ExecutorKind.PROCESS:
             assert spec.workers is not None
-            return process_shards(shared, spec.workers)
+            # Forked: each worker has the parsed run in its copy of this process's
+            # memory, without a pickle or an interpreter's start (ADR 0020).
+            return process_shards(shared, spec.workers, fork=True)
         case ExecutorKind.DASK:
             return dask_shards(shared, workers=spec.workers, scheduler=spec.scheduler,
                                connect_seconds=spec.connect_seconds)

@@ -81,8 +81,9 @@ interrupted (no outcome file written); 141 stdout closed early.
 
 Workers: --workers N classifies the attempts in shards on N local processes,
 --executor dask on a Dask cluster (--scheduler ADDRESS, or a local one of
---workers); the run goes to each worker once, and the output bytes are the
-serial ones, in run order. A worker that dies has its shards run again;
+--workers); the run goes to each worker once (local processes are forked
+after the run is read, so they share it as parsed), and the output bytes are
+the serial ones, in run order. A worker that dies has its shards run again;
 past three deaths the run fails closed: exit 2 worker_lost, no outcome file.
 
 Example: kernel replay bundle.json -o out/outcomes.jsonl --fail-on blocked

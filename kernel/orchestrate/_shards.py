@@ -5,12 +5,13 @@ Theory of operation:
 - A run is split into a **shared part** and **shards**. The shared part
   (``SharedRun``) is what every attempt needs: for a bundle stream, the
   header and the run as the command's reader built them from their lines
-  (the chain's head and the run), pickled once; for a single document, the
-  document. Each worker receives it **once** (a process pool worker in its
-  initializer, a Dask worker as one scattered value) and prepares it once
-  (``_prepare``): a stream's run is unpickled (a quarter of what parsing its
-  lines again costs), a document parsed with the very code the serial
-  command uses; the run's facts are examined once per worker (ADR 0011:
+  (the chain's head and the run); for a single document, the document.
+  Each worker receives it **once** and prepares it once (``_Prepared``): a
+  pool worker forked from the command (``kernel replay``) has it in its copy
+  of the command's memory; a spawned pool worker reads it pickled from a
+  file, a Dask worker as one scattered value (unpickling a run costs a
+  quarter of parsing its lines again); a document is parsed with the very
+  code the serial command uses; the run's facts are examined once per worker (ADR 0011:
   facts are bound to the run object they examined and cannot cross a
   process, so each worker examines its own copy once, every record's
   validators run again).
@@ -52,6 +53,7 @@ import gc
 import hashlib
 import os
 import pickle
+import secrets
 import tempfile
 import threading
 from collections import deque
@@ -66,6 +68,7 @@ from kernel.bundles import (
     BundleStreamReader,
     ReadyAttempt,
     RefusedAttempt,
+    StreamHeader,
     document_attempts,
     outcome_line,
 )
@@ -78,7 +81,7 @@ from kernel.orchestrate._executors import (
     check_executor_spec,
     local_client,
 )
-from kernel.orchestrate._worker_pool import Task, TaskFailed, WorkerPool
+from kernel.orchestrate._worker_pool import Start, Task, TaskFailed, WorkerPool
 from kernel.orchestrate.errors import ExecutorSetupError, OrchestrateError
 from kernel.organs import builtin_manifest, certified_manifest
 from kernel.replay import (
@@ -90,6 +93,7 @@ from kernel.replay import (
     replay_attempt,
 )
 from kernel.serde import parse_json, structure
+from kernel.upstream import GeometricSearchRun
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
@@ -144,39 +148,34 @@ class ShardError(OrchestrateError):
 class SharedRun:
     """What every attempt of a run needs, sent to each worker once.
 
-    ``layout`` ``stream``: ``lines`` is one pickle of the header and the run
-    a ``BundleStreamReader`` read (``shared_stream``); ``document``:
-    ``lines`` is the one document. ``token`` names these bytes (SHA-256), so
-    a worker prepares them once.
+    ``layout`` ``stream``: ``stream`` is the header and the run a
+    ``BundleStreamReader`` read (``shared_stream``); ``document``:
+    ``document`` is the one document's bytes. ``token`` names this shared
+    part (256 random bits, one per command), so a worker prepares it once
+    and a worker of a cluster that served an earlier command prepares it
+    anew.
     """
 
     layout: Literal["stream", "document"]
-    lines: tuple[bytes, ...]
     token: str
-
-
-def _token(layout: str, lines: Iterable[bytes]) -> str:
-    digest = hashlib.sha256(layout.encode())
-    for line in lines:
-        digest.update(len(line).to_bytes(8, "big"))
-        digest.update(line)
-    return digest.hexdigest()
+    stream: tuple[StreamHeader, GeometricSearchRun] | None = None
+    document: bytes = b""
 
 
 def shared_stream(reader: BundleStreamReader) -> SharedRun:
     """The shared part of a bundle stream: the header and the run ``reader`` has read.
 
-    Pickled, not the lines: unpickling the run costs a worker about a quarter
-    of parsing and structuring its lines again (0.8 s against 3.1 s at
-    100,000 run lines; BENCHMARKS.md, "Three rounds, and the run sent parsed").
+    The parsed run, not its lines: a forked worker has it in memory, and
+    unpickling it costs a spawned or Dask worker about a quarter of parsing
+    and structuring its lines again (0.8 s against 3.1 s at 100,000 run lines;
+    BENCHMARKS.md, "Three rounds, and the run sent parsed").
     """
-    data = pickle.dumps(reader.read_run(), pickle.HIGHEST_PROTOCOL)
-    return SharedRun("stream", (data,), _token("stream", (data,)))
+    return SharedRun("stream", secrets.token_hex(32), stream=reader.read_run())
 
 
 def shared_document(data: bytes) -> SharedRun:
     """The shared part of a single-document bundle: the document."""
-    return SharedRun("document", (data,), _token("document", (data,)))
+    return SharedRun("document", secrets.token_hex(32), document=data)
 
 
 @final
@@ -220,11 +219,11 @@ class _Prepared:
         self.attempts: tuple[ReadyAttempt, ...] = ()
         match shared.layout:
             case "stream":
-                # The command's own pickle, named by the token the caller gave.
-                header, run = pickle.loads(shared.lines[0])
-                self.reader = BundleStreamReader.resumed(header, run)
+                if shared.stream is None:
+                    raise ValueError("a stream's shared part holds no run")
+                self.reader = BundleStreamReader.resumed(*shared.stream)
             case "document":
-                value = parse_json(shared.lines[0], max_depth=BUNDLE_LIMITS.depth)
+                value = parse_json(shared.document, max_depth=BUNDLE_LIMITS.depth)
                 self.attempts = tuple(document_attempts(structure(value, ReplayBundle)))
             case _:
                 assert_never(shared.layout)
@@ -310,20 +309,30 @@ def classify_shard(
     return prepared.classify(shard, summary)
 
 
-def _initialize(path: str, token: str) -> None:
-    """A pool worker's start: read the shared part from ``path`` and prepare it once.
+def _initialize(path: str, digest: str) -> None:
+    """A spawned pool worker's start: read the shared part from ``path``, prepare it once.
 
     It is read from a file, not passed as an initializer argument: the spawn
     start method writes those arguments into a pipe that the parent keeps
     open at both ends until it has written them all, so a worker killed while
     starting would leave the parent blocked forever on a shared part larger
-    than the pipe's buffer. The bytes must give the token the caller named.
+    than the pipe's buffer. The bytes must have the SHA-256 the caller named
+    before they are unpickled.
     """
     with open(path, "rb") as handle:
-        layout, lines = pickle.load(handle)  # a file this run wrote, in a 0700 directory
-    if layout not in ("stream", "document") or _token(layout, lines) != token:
+        data = handle.read()  # a file this run wrote, in a 0700 directory
+    if hashlib.sha256(data).hexdigest() != digest:
         raise ValueError(f"{path}: not the shared part this run wrote")
-    _prepared(SharedRun(layout, lines, token))
+    shared = pickle.loads(data)
+    if type(shared) is not SharedRun:
+        raise ValueError(f"{path}: not a shared part")
+    _prepared(shared)
+
+
+def _begin_forked(shared: SharedRun) -> None:
+    """A forked pool worker's start: the shared part is the command's own, in this copy of
+    its memory; prepared once, as a spawned worker's."""
+    _prepared(shared)
 
 
 # --- the runners -------------------------------------------------------------------
@@ -406,25 +415,57 @@ class ShardRunner:
 
 @final
 class _ProcessShards(ShardRunner):
-    """Shards on spawned workers with a pipe each (``_worker_pool``): a worker that dies,
-    even halfway through writing a result, is replaced and its shard run again."""
+    """Shards on worker processes with a pipe each (``_worker_pool``): a worker that dies,
+    even halfway through writing a result, is replaced and its shard run again.
 
-    def __init__(self, shared: SharedRun, workers: int, in_flight: int | None) -> None:
+    With ``fork``, the first workers are forks of this process, which hand
+    them the shared part in memory (no pickle, no interpreter start-up);
+    replacements, and every worker when a fork is not safe here, are spawned
+    and read the shared part pickled from a file, written when first needed.
+    """
+
+    def __init__(
+        self, shared: SharedRun, workers: int, in_flight: int | None, fork: bool
+    ) -> None:
         super().__init__(workers, in_flight)
-        self._directory = tempfile.mkdtemp(prefix="kernel-shards-")  # mode 0700
-        self._path = os.path.join(self._directory, "shared.pickle")
+        self._shared = shared
+        self._spawned: Start | None = None
+        self._directory: str | None = None
+        self._path = ""
+        first = Start("fork", _begin_forked, (shared,)) if fork else self._spawned_start()
         try:
-            with open(self._path, "xb") as handle:
-                pickle.dump((shared.layout, shared.lines), handle, pickle.HIGHEST_PROTOCOL)
             self._pool = WorkerPool(
-                workers, _initialize, (self._path, shared.token),
+                workers, first, again=self._spawned_start,
                 on_death=self._count_restart, stop_seconds=STOP_SECONDS,
             )
         except BaseException:
             self._remove()
             raise
 
+    def _spawned_start(self) -> Start:
+        """A spawned worker's start; the shared part's file is written on the first call."""
+        if self._spawned is None:
+            data = pickle.dumps(self._shared, pickle.HIGHEST_PROTOCOL)
+            try:
+                self._directory = tempfile.mkdtemp(prefix="kernel-shards-")  # mode 0700
+                self._path = os.path.join(self._directory, "shared.pickle")
+                with open(self._path, "xb") as handle:
+                    handle.write(data)
+            except BaseException:
+                self._remove()
+                raise
+            self._spawned = Start(
+                "spawn", _initialize, (self._path, hashlib.sha256(data).hexdigest()))
+        return self._spawned
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """How each live worker was started (``fork`` or ``spawn``)."""
+        return self._pool.methods
+
     def _remove(self) -> None:
+        if self._directory is None:
+            return
         with contextlib.suppress(OSError):
             os.unlink(self._path)
         with contextlib.suppress(OSError):
@@ -463,10 +504,15 @@ class _ProcessShards(ShardRunner):
 
 @contextlib.contextmanager
 def process_shards(
-    shared: SharedRun, workers: int, in_flight: int | None = None
+    shared: SharedRun, workers: int, in_flight: int | None = None, *, fork: bool = False
 ) -> Iterator[ShardRunner]:
-    """A spawn process pool of ``workers``, each given ``shared`` once; stopped on exit."""
-    runner = _ProcessShards(shared, workers, in_flight)
+    """A process pool of ``workers``, each given ``shared`` once; stopped on exit.
+
+    With ``fork``, the workers are forks of this process where that is safe
+    (``fork_is_safe``: Linux, no other thread), spawned interpreters otherwise;
+    a replacement for a dead worker is always spawned.
+    """
+    runner = _ProcessShards(shared, workers, in_flight, fork)
     try:
         yield runner
     except BaseException:

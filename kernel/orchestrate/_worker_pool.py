@@ -30,7 +30,24 @@ Theory of operation:
   (the caller's bound on deaths);
 - a task that raises in the worker ends with ``TaskFailed`` carrying its
   type and message; so does a result that cannot be pickled;
-- workers are spawned with SIGINT ignored from birth (a terminal's Ctrl-C
+- a worker starts as its ``Start`` says: a **spawned** interpreter (the
+  default; what it needs comes through its initializer's arguments, which
+  must be small, see ``_shards``), or a **fork** of the caller, which then
+  shares the caller's memory as it was (a parsed run costs a spawned worker
+  a pickle and an unpickle; ADR 0020). A fork is taken only on Linux from a
+  process running no other thread (no lock can be held by a thread the
+  child lacks); otherwise, and for every replacement of a dead worker, the
+  pool asks ``again`` for a spawned start. A forked worker keeps nothing of
+  the caller but memory: it closes its copies of the caller's ends of the
+  workers' pipes, its own included (a worker stops on the end of file of
+  its pipe, which a copy of the caller's end held elsewhere would delay for
+  ever), points stdout at ``/dev/null`` (multiprocessing flushes
+  the caller's stdout before the fork and the child's copy at its exit:
+  bytes a failed flush left buffered are not written twice) and sets every signal the caller
+  handled back to its default. The pool's workers are started before the
+  caller opens an output file (``kernel replay``), so no other descriptor
+  it holds means anything to a reader;
+- workers start with SIGINT ignored from birth (a terminal's Ctrl-C
   reaches the whole group; the caller decides) and with SIGINT and SIGTERM
   held in the parent meanwhile (a handler raising between the spawn and the
   write of the child's start-up data left it printing ``EOFError``);
@@ -45,20 +62,48 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Final, cast, final
+from typing import Final, Literal, cast, final
+
+import attrs
 
 from kernel.orchestrate._executors import held_interrupts
 
-__all__ = ["Task", "TaskFailed", "WorkerPool"]
+__all__ = ["Start", "Task", "TaskFailed", "WorkerPool", "fork_is_safe"]
 
 #: Tasks a worker holds at once: the one it runs and the next.
 DEPTH: Final = 2
+
+
+@final
+@attrs.frozen
+class Start:
+    """How a worker begins: a process started by ``method`` runs ``initializer(*initargs)``.
+
+    For ``spawn`` the arguments are pickled into the new interpreter's start-up
+    pipe, so they must be small; for ``fork`` they are the caller's objects
+    themselves, in the child's copy of its memory.
+    """
+
+    method: Literal["spawn", "fork"]
+    initializer: Callable[..., None]
+    initargs: tuple[object, ...] = ()
+
+
+def fork_is_safe() -> bool:
+    """Whether a worker may be forked from this process now: Linux, and no other thread.
+
+    A thread that holds a lock (an allocator's, a stream's, the logging
+    module's) at the fork leaves it held for ever in the child, which has no
+    such thread; with one thread, none is held by anyone else.
+    """
+    return sys.platform == "linux" and threading.active_count() == 1
 
 
 class TaskFailed(Exception):
@@ -81,22 +126,59 @@ class Task:
 
 @final
 class _Worker:
-    __slots__ = ("connection", "process", "tasks")
+    __slots__ = ("connection", "method", "process", "tasks")
 
-    def __init__(self, process: BaseProcess, connection: Connection) -> None:
+    def __init__(self, process: BaseProcess, connection: Connection, method: str) -> None:
         self.process = process
         self.connection = connection
+        self.method = method
         self.tasks: deque[Task] = deque()  # sent, in order; results come back in this order
+
+
+def _forget_the_caller(others: tuple[int, ...]) -> None:
+    """In a forked worker: keep the caller's memory, drop what would act on its behalf.
+
+    ``others`` are the caller's end of this worker's pipe and its
+    descriptors of the workers started before this one (their pipes' ends and
+    sentinels): a copy of the caller's end of a pipe held here would keep
+    that pipe's worker from ever seeing the end of file it stops on. Not
+    every descriptor: multiprocessing's fork keeps one unnamed pipe end open
+    in the child, the sentinel the caller waits on, and closing it reads as
+    the worker's death.
+    stdout becomes ``/dev/null``: multiprocessing flushes the caller's
+    stdout before it forks and the child's copy at its exit, so bytes a
+    failed flush left in the buffer would otherwise be written twice.
+    Handlers the caller installed (its SIGTERM, the handler that holds
+    interrupts while a worker starts) would run in the child with the
+    caller's state: every one goes back to the default.
+    """
+    for descriptor in others:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    for signum in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            if callable(signal.getsignal(signum)):
+                signal.signal(signum, signal.SIG_DFL)
 
 
 def _serve(
     connection: Connection,
     initializer: Callable[..., None],
     initargs: tuple[object, ...],
+    forked: tuple[int, ...] | None = None,
 ) -> None:
-    """A worker's life: initialize, then run one task per message until the pipe ends."""
+    """A worker's life: initialize, then run one task per message until the pipe ends.
+
+    ``forked``: this worker is a fork of the caller, and these are the
+    caller's descriptors of the other workers (``_forget_the_caller``).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
     try:
+        if forked is not None:
+            _forget_the_caller(forked)
         initializer(*initargs)
     except Exception:  # the parent sees this worker die and counts it
         os._exit(1)
@@ -130,36 +212,56 @@ def _serve(
 
 @final
 class WorkerPool:
-    """``workers`` spawned processes, each run through ``initializer(*initargs)`` once."""
+    """``workers`` processes, each begun as ``first`` says; replacements as ``again()`` says.
+
+    ``again`` (called for each replacement of a dead worker, and for a first
+    worker when ``first`` is a fork that ``fork_is_safe`` refuses) must give
+    a spawned start; without it, replacements begin as ``first``.
+    """
 
     def __init__(
         self,
         workers: int,
-        initializer: Callable[..., None],
-        initargs: tuple[object, ...],
+        first: Start,
         *,
+        again: Callable[[], Start] | None = None,
         on_death: Callable[[BaseException], None],
         stop_seconds: float,
     ) -> None:
-        self._context = multiprocessing.get_context("spawn")
-        self._initializer = initializer
-        self._initargs = initargs
+        self._first = first
+        self._again = again or (lambda: first)
         self._on_death = on_death
         self._stop_seconds = stop_seconds
         self._queue: deque[Task] = deque()
         self._workers: list[_Worker] = []
         try:
             for _ in range(workers):
-                self._workers.append(self._spawn())
+                start = first
+                if start.method == "fork" and not fork_is_safe():
+                    start = self._again()
+                self._workers.append(self._spawn(start))
         except BaseException:
             self.close(failed=True)
             raise
 
-    def _spawn(self) -> _Worker:
-        """A fresh worker (raises ``OSError`` if it cannot be started)."""
-        ours, theirs = self._context.Pipe(duplex=True)
-        process = self._context.Process(
-            target=_serve, args=(theirs, self._initializer, self._initargs), daemon=True
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """How each live worker was started (``fork`` or ``spawn``), in pool order."""
+        return tuple(worker.method for worker in self._workers)
+
+    def _spawn(self, start: Start) -> _Worker:
+        """A fresh worker begun as ``start`` says (raises ``OSError`` if it cannot be started)."""
+        forked = start.method == "fork"
+        context = (multiprocessing.get_context("fork") if forked
+                   else multiprocessing.get_context("spawn"))
+        ours, theirs = context.Pipe(duplex=True)
+        others = (ours.fileno(), *(descriptor for worker in self._workers
+                                   for descriptor in (worker.connection.fileno(),
+                                                      worker.process.sentinel)))
+        process = context.Process(
+            target=_serve,
+            args=(theirs, start.initializer, start.initargs, others if forked else None),
+            daemon=True,
         )
         try:
             with held_interrupts(), _sigint_ignored():
@@ -169,7 +271,7 @@ class WorkerPool:
             raise
         finally:
             theirs.close()  # the worker holds the only other end now
-        return _Worker(process, ours)
+        return _Worker(process, ours, start.method)
 
     def submit(self, fn: Callable[..., object], args: tuple[object, ...]) -> Task:
         """Queue ``fn(*args)``; it is sent to the least loaded worker with room (``DEPTH``)."""
@@ -241,7 +343,7 @@ class WorkerPool:
         while True:
             self._on_death(died)
             try:
-                self._workers.append(self._spawn())
+                self._workers.append(self._spawn(self._again()))
                 return
             except OSError as exc:
                 died = exc

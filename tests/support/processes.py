@@ -188,6 +188,23 @@ def descendants(root: int | None = None) -> frozenset[int]:
     )
 
 
+def pool_workers(pid: int) -> list[int]:
+    """The worker processes of command ``pid``'s pool or local cluster, oldest first.
+
+    A spawned worker runs ``python -c ...spawn_main...``; a forked one
+    (``kernel replay --workers``) is a child of ``pid`` with ``pid``'s own
+    command line.
+    """
+    own = cmdline(pid)
+    found = []
+    for child in descendants(pid):
+        info = stat(child)
+        line = cmdline(child)
+        if info is not None and (b"spawn_main" in line or (info.parent == pid and line == own)):
+            found.append((info.start_time, child))
+    return [child for _, child in sorted(found)]
+
+
 def assert_no_new_descendants(
     before: Set[int],
     *,
