@@ -86,6 +86,7 @@ __all__ = [
     "BundleStreamError",
     "BundleStreamReader",
     "DraftHeader",
+    "ReadRun",
     "ReadyAttempt",
     "RefusedAttempt",
     "StreamAttempt",
@@ -316,6 +317,10 @@ def document_attempts(bundle: ReplayBundle) -> Iterator[ReadyAttempt]:
 # --- the stream reader (sans-I/O) -------------------------------------------------
 
 
+#: What a stream reader built from its header and run lines (``read_run``).
+ReadRun = tuple[StreamHeader, GeometricSearchRun]
+
+
 class BundleStreamReader:
     """Reads a bundle stream one line at a time (``feed``), then ``finish``.
 
@@ -353,7 +358,7 @@ class BundleStreamReader:
         """N, once the header has been read."""
         return None if self._header is None else self._header.run.attempt_count
 
-    def read_run(self) -> tuple[StreamHeader, GeometricSearchRun]:
+    def read_run(self) -> ReadRun:
         """The header and the run this reader built from its lines (``ValueError`` before)."""
         if self._header is None or self._run is None:
             raise ValueError("the run has not been read yet")

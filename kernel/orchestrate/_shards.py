@@ -66,9 +66,9 @@ import attrs
 from kernel.bundles import (
     BUNDLE_LIMITS,
     BundleStreamReader,
+    ReadRun,
     ReadyAttempt,
     RefusedAttempt,
-    StreamHeader,
     document_attempts,
     outcome_line,
 )
@@ -93,7 +93,6 @@ from kernel.replay import (
     replay_attempt,
 )
 from kernel.serde import parse_json, structure
-from kernel.upstream import GeometricSearchRun
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
@@ -158,7 +157,7 @@ class SharedRun:
 
     layout: Literal["stream", "document"]
     token: str
-    stream: tuple[StreamHeader, GeometricSearchRun] | None = None
+    stream: ReadRun | None = None
     document: bytes = b""
 
 
