@@ -9,6 +9,13 @@ time and CPU (the whole process tree: ``wait4`` of the command, which reaps
 its workers) recorded with the load average. Every output is compared with
 the serial one byte for byte (cmp); a difference voids the figures.
 
+Each round also measures the machine's own ceiling (``ceiling``): one
+serial ``kernel replay`` of a smaller bundle alone, then two of them started
+together. ``2 x alone / together`` is the most any two processes could gain
+over one at that moment, whatever the kernel does: on a virtual machine
+whose two cores slow each other down (a shared cache, a host that runs one
+busy thread faster), it is below 2, and a sharded run cannot beat it.
+
 ``--shards`` measures the per-shard overhead instead: ``--workers 1`` at
 several shard sizes against serial, per attempt, from which the default
 shard size is chosen and the cluster estimate in BENCHMARKS.md is derived.
@@ -26,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,17 +68,54 @@ def bundle(directory: Path, attempts: int) -> Path:
     return path
 
 
+#: The variants of the machine's ceiling (``ceiling``): one serial replay alone, two at once.
+ALONE = "ceiling: 1 serial alone"
+TOGETHER = "ceiling: 2 serial at once"
+
+
+def _ceiling(path: Path, directory: Path, index: int, say: Callable[[str], None]
+             ) -> list[Sample]:
+    """One serial replay of ``path`` alone, then two started together (wall: the later end)."""
+    before = _load()
+    wall, cpu, rss, _ = _measured("replay", path, "--quiet", "--out", directory / "alone.jsonl")
+    alone = Sample(ALONE, index, wall, cpu, rss, f"{before}-{_load()}")
+    before = _load()
+    with ThreadPoolExecutor(2) as pool:
+        pair = list(pool.map(
+            lambda n: _measured("replay", path, "--quiet", "--out", directory / f"pair{n}.jsonl"),
+            (0, 1)))
+    together = Sample(TOGETHER, index, max(p[0] for p in pair), sum(p[1] for p in pair),
+                      max(p[2] for p in pair), f"{before}-{_load()}")
+    for sample in (alone, together):
+        say(f"  round {index + 1} {sample.variant:<10} wall {sample.wall_s:8.1f} s  "
+            f"cpu {sample.cpu_s:8.1f} s  load {sample.load}")
+    return [alone, together]
+
+
+def ceilings(samples: list[Sample]) -> list[float]:
+    """Per round with a ceiling measured: 2 x (one alone) / (two at once), walls."""
+    alone = {s.round: s.wall_s for s in samples if s.variant == ALONE}
+    return [2 * alone[s.round] / s.wall_s for s in samples if s.variant == TOGETHER]
+
+
 def compare(
     attempts: int, rounds: int = 1, say: Callable[[str], None] = print,
-    variants: dict[str, tuple[str, ...]] = VARIANTS,
+    variants: dict[str, tuple[str, ...]] = VARIANTS, ceiling: int = 0,
 ) -> list[Sample]:
-    """Interleaved rounds of every variant on one bundle; outputs compared with serial's."""
+    """Interleaved rounds of every variant on one bundle; outputs compared with serial's.
+
+    With ``ceiling`` > 0, each round also measures the machine's ceiling on a
+    bundle of that many attempts (``_ceiling``).
+    """
     found: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="kernel-sharded-") as tmp:
         directory = Path(tmp)
         path = bundle(directory, attempts)
+        small = bundle(directory, ceiling) if ceiling else None
         reference = directory / "serial.jsonl"
         for index in range(rounds):
+            if small is not None:
+                found += _ceiling(small, directory, index, say)
             order = list(variants) if index % 2 == 0 else list(reversed(variants))
             for name in order:
                 out = reference if name == "serial" else directory / "out.jsonl"
@@ -95,7 +140,7 @@ def ratios(samples: list[Sample]) -> dict[str, tuple[float, list[float]]]:
     serial = {s.round: s.wall_s for s in samples if s.variant == "serial"}
     per: dict[str, list[float]] = {}
     for s in samples:
-        if s.variant != "serial":
+        if s.variant not in ("serial", ALONE, TOGETHER):
             per.setdefault(s.variant, []).append(serial[s.round] / s.wall_s)
     return {name: (statistics.median(values), values) for name, values in per.items()}
 

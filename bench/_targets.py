@@ -35,7 +35,10 @@ Each target is measured by the module that owns it, through its entry point:
    serial against ``--workers 2`` and a local Dask cluster of 2 workers on
    100,000 attempts, outputs compared byte for byte; three interleaved
    rounds, the order reversed every other round, each round's ratio shown and
-   their median the figure: ``--sharded-rounds N``).
+   their median the figure: ``--sharded-rounds N``); each round also
+   measures the machine's ceiling, two serial replays of 10,000 attempts at
+   once against one alone, shown beside the ratios (not a bound: what no
+   sharding can beat on this machine at that moment).
 
 A ratio is always formed within one round (or one run, for the CPU of a
 single process), never across runs; the load average is recorded with every
@@ -99,6 +102,8 @@ class Settings:
     # median of three interleaved rounds is the figure, each round shown.
     sharded_attempts: int = 100_000
     sharded_rounds: int = 3
+    # Attempts of the bundle the machine's ceiling is measured on (0: not measured).
+    sharded_ceiling: int = 10_000
     quick: bool = False
     only: frozenset[int] = field(default_factory=lambda: frozenset(range(1, 10)))
     store_rounds: int = 1  # 8: none, store, rerun
@@ -114,6 +119,7 @@ QUICK: Final = Settings(
     curve_rounds=0,
     sharded_attempts=1_000,
     sharded_rounds=1,
+    sharded_ceiling=200,
     quick=True,
 )
 
@@ -508,18 +514,21 @@ def store(settings: Settings, say: Callable[[str], None]) -> list[Row]:
 
 
 def sharded(settings: Settings, say: Callable[[str], None]) -> list[Row]:
-    from bench._sharded import compare, ratios
+    from bench._sharded import ceilings, compare, ratios
 
     size = settings.sharded_attempts
     pool = f"9a kernel replay --workers 2, {size:,} attempts (serial / sharded wall)"
     dask = f"9b kernel replay --executor dask --workers 2, {size:,} attempts (serial / dask wall)"
     try:
-        samples = compare(size, settings.sharded_rounds, say=lambda line: say(f"  {line}"))
+        samples = compare(size, settings.sharded_rounds, say=lambda line: say(f"  {line}"),
+                          ceiling=settings.sharded_ceiling)
     except SystemExit as exc:  # outputs differed, or a kernel process failed
         why = str(exc.code)
         return [_row(9, pool, ">= 1.8", None, False, "void", (why,)),
                 _row(9, dask, ">= 1.6", None, False, "void", (why,))]
     found = ratios(samples)
+    limits = ceilings(samples)
+    ceiling = statistics.median(limits) if limits else None
     notes = (
         *(f"round {s.round + 1} {s.variant}: {s.wall_s:.1f} s wall, {s.cpu_s:.1f} s CPU "
           f"(process tree), peak {s.peak_rss_kib / 1024:.0f} MiB, load {s.load}"
@@ -531,6 +540,11 @@ def sharded(settings: Settings, say: Callable[[str], None]) -> list[Row]:
         value, per_round = found[name]
         spread = (f"{name}: per round " + ", ".join(f"{r:.2f}x" for r in per_round)
                   + f"; median {value:.2f}x of {len(per_round)} round(s)")
+        if ceiling is not None:
+            spread += (f"; the machine's ceiling (2 x one serial replay of "
+                       f"{settings.sharded_ceiling:,} alone / two at once) per round "
+                       + ", ".join(f"{c:.2f}x" for c in limits)
+                       + f", median {ceiling:.2f}x: {name} reached {value / ceiling:.0%} of it")
         rows.append(_row(9, label, f">= {bound}", value, value >= bound, f"{value:.2f}x",
                          (spread, *notes)))
         notes = ()
