@@ -161,33 +161,25 @@ def _holds(tmp_path: Path, thread: str) -> tuple[bytes, dict[str, Any]]:
 
 
 @pytest.mark.usefixtures("no_leftovers")
-def test_a_forked_worker_keeps_no_pipe_of_the_caller_nor_its_stdout_or_handlers(
-    tmp_path: Path,
+@pytest.mark.parametrize(("caller", "method"), [("alone", "fork"), ("thread", "spawn")],
+                         ids=["forked", "spawned-beside-a-thread"])
+def test_a_pool_worker_keeps_no_pipe_end_of_the_caller_nor_its_handlers(
+    tmp_path: Path, caller: str, method: str
 ) -> None:
-    stdout, found = _holds(tmp_path, "alone")
-    assert found["methods"] == ["fork", "fork"]
+    # Forked only from a caller running no other thread (a lock another
+    # thread held at the fork would stay held for ever in the child).
+    stdout, found = _holds(tmp_path, caller)
+    assert found["methods"] == [method, method]
     # What the caller had buffered on stdout is written once, by the caller
-    # (multiprocessing flushes it before the fork, and the worker's stdout is
-    # /dev/null should a flush have failed).
+    # (multiprocessing flushes it before the fork, and a forked worker's
+    # stdout is /dev/null should a flush have failed).
     assert stdout == b"buffered before the workers\n"
     ours = {target for target in found["mine"].values() if target.startswith("socket:")}
     assert len(ours) >= 2  # the caller's end of each worker's pipe
-    pids = {held["pid"] for held in found["held"]}
-    assert len(pids) == 2
+    assert len({held["pid"] for held in found["held"]}) == 2
     for held in found["held"]:
-        targets = set(held["fds"].values())
         # Its own pipe end only: none of the caller's ends, its own pipe's included.
-        assert not targets & ours, held
-        assert held["fds"]["1"] == os.devnull, held
+        assert not set(held["fds"].values()) & ours, held
         assert held["sigterm"] == repr(signal.SIG_DFL), held
-
-
-@pytest.mark.usefixtures("no_leftovers")
-def test_with_another_thread_running_the_workers_are_spawned_not_forked(
-    tmp_path: Path,
-) -> None:
-    stdout, found = _holds(tmp_path, "thread")
-    assert found["methods"] == ["spawn", "spawn"]
-    assert stdout == b"buffered before the workers\n"
-    for held in found["held"]:
-        assert held["sigterm"] == repr(signal.SIG_DFL), held
+        if method == "fork":
+            assert held["fds"]["1"] == os.devnull, held
