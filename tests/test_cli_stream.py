@@ -300,7 +300,8 @@ def test_the_public_surface_of_kernel_bundles_is_exact() -> None:
     assert set(kernel.bundles.__all__) == {
         "BUNDLE_LIMITS", "BUNDLE_STREAM_FORMAT", "DRAFT_STREAM_FORMAT", "BundleLimitError",
         "BundleLimits", "BundleSealError", "BundleStreamError", "BundleStreamReader",
-        "DraftHeader", "ReadyAttempt", "RefusedAttempt", "StreamAttempt", "StreamHeader",
+        "DraftHeader", "ReadRun", "ReadyAttempt", "RefusedAttempt", "StreamAttempt",
+        "StreamHeader",
         "StreamRun", "bundle_document", "bundle_stream_lines", "document_attempts",
         "draft_stream_lines", "is_stream_header", "outcome_line", "read_draft_stream",
         "seal_bundle",
