@@ -41,10 +41,10 @@ Theory of operation:
   the caller but memory: it closes its copies of the caller's ends of the
   workers' pipes, its own included (a worker stops on the end of file of
   its pipe, which a copy of the caller's end held elsewhere would delay for
-  ever), points stdout at ``/dev/null`` (multiprocessing flushes
-  the caller's stdout before the fork and the child's copy at its exit:
-  bytes a failed flush left buffered are not written twice) and sets every signal the caller
-  handled back to its default. The pool's workers are started before the
+  ever), points stdout at ``/dev/null`` (multiprocessing flushes the
+  caller's stdout before the fork and the child's copy at its exit: bytes a
+  failed flush left buffered are not written twice) and sets every signal
+  the caller handled back to its default. The pool's workers are started before the
   caller opens an output file (``kernel replay``), so no other descriptor
   it holds means anything to a reader;
 - workers start with SIGINT ignored from birth (a terminal's Ctrl-C
@@ -173,7 +173,7 @@ def _serve(
     """A worker's life: initialize, then run one task per message until the pipe ends.
 
     ``forked``: this worker is a fork of the caller, and these are the
-    caller's descriptors of the other workers (``_forget_the_caller``).
+    caller's descriptors it must close (``_forget_the_caller``).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
     try:
@@ -214,9 +214,9 @@ def _serve(
 class WorkerPool:
     """``workers`` processes, each begun as ``first`` says; replacements as ``again()`` says.
 
-    ``again`` (called for each replacement of a dead worker, and for a first
-    worker when ``first`` is a fork that ``fork_is_safe`` refuses) must give
-    a spawned start; without it, replacements begin as ``first``.
+    ``again`` is called for each replacement of a dead worker, and for a
+    first worker when ``first`` is a fork that ``fork_is_safe`` refuses: it
+    must give a spawned start (mid-run, the caller may run other threads).
     """
 
     def __init__(
@@ -224,12 +224,11 @@ class WorkerPool:
         workers: int,
         first: Start,
         *,
-        again: Callable[[], Start] | None = None,
+        again: Callable[[], Start],
         on_death: Callable[[BaseException], None],
         stop_seconds: float,
     ) -> None:
-        self._first = first
-        self._again = again or (lambda: first)
+        self._again = again
         self._on_death = on_death
         self._stop_seconds = stop_seconds
         self._queue: deque[Task] = deque()
