@@ -62,9 +62,13 @@ _HELP: Final = (
     "stderr.\n\n"
     "Paths: - is stdin (input) or stdout (--out). Each command's --help gives its input, "
     "output, exit codes and an example, e.g. kernel replay --help.\n\n"
-    "Shell completion: kernel --install-completion, or kernel --show-completion SHELL "
-    "(bash, zsh, fish, powershell) to print the script."
+    "Shell completion: kernel --show-completion SHELL prints the script, kernel "
+    "--install-completion SHELL installs it (SHELL: bash, zsh, fish, powershell, pwsh)."
 )
+#: The shells typer writes completion scripts for.
+_SHELLS: Final = ("bash", "zsh", "fish", "powershell", "pwsh")
+#: The variable that asks the command for completions (typer's name for "kernel").
+_COMPLETE_VAR: Final = "_KERNEL_COMPLETE"
 _VERSION_FLAGS: Final = (["--version"], ["-V"])
 
 
@@ -72,6 +76,15 @@ def _version() -> str:
     from kernel import __version__
 
     return f"kernel {__version__}"
+
+
+def _completion_shell(value: str) -> str:
+    """The shell named; refuses (exit 2) any other."""
+    if value not in _SHELLS:
+        from kernel.commands._io import refuse
+
+        refuse("unknown_shell", f"{value!r} is not one of {', '.join(_SHELLS)}")
+    return value
 
 
 def _build_app() -> typer.Typer:
@@ -82,6 +95,8 @@ def _build_app() -> typer.Typer:
     # typer (>= 0.26) vendors click as typer._click: its exceptions are the
     # ones raised, so they are the ones caught here.
     from typer import _click as click
+    from typer import _completion_classes as completion_classes
+    from typer import _completion_shared as completion_shared
     from typer._click import exceptions as click_errors
     from typer.core import TyperArgument, TyperGroup, TyperOption
 
@@ -243,7 +258,11 @@ def _build_app() -> typer.Typer:
         help=_HELP,
         cls=LazyGroup,
         no_args_is_help=True,
-        add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|...]
+        # typer's own completion options take no shell once shellingham is
+        # installed: "--show-completion zsh" printed bash's script, and with no
+        # shell among the parent processes, "Shell  not supported.". The
+        # root's options below take the shell and refuse an unknown one.
+        add_completion=False,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -254,11 +273,49 @@ def _build_app() -> typer.Typer:
             typer.echo(_version())
             raise typer.Exit()
 
+    # typer's shell classes, which answer _KERNEL_COMPLETE=complete_bash (the
+    # variable its scripts set); add_completion=True would have registered them.
+    completion_classes.completion_init()
+
+    def _show_completion(value: str | None) -> None:
+        if value is not None:
+            typer.echo(_completion_script(value))
+            raise typer.Exit()
+
+    def _install_completion(value: str | None) -> None:
+        if value is not None:
+            shell = _completion_shell(value)
+            try:
+                _, path = completion_shared.install(
+                    shell=shell, prog_name="kernel", complete_var=_COMPLETE_VAR)
+            except OSError as exc:
+                from kernel.commands._io import refuse
+
+                refuse("completion_not_installed", f"{shell}: {exc}")
+            typer.echo(f"{shell} completion installed in {path}; it takes effect in a new shell")
+            raise typer.Exit()
+
+    def _completion_script(value: str) -> str:
+        return completion_shared.get_completion_script(
+            prog_name="kernel", complete_var=_COMPLETE_VAR, shell=_completion_shell(value))
+
     @app.callback()
     def _root(
         version: bool = typer.Option(
             False, "--version", "-V", callback=_print_version, is_eager=True,
             help="Print the version and exit.",
+        ),
+        show_completion: str | None = typer.Option(
+            None, "--show-completion", metavar="SHELL",
+            callback=_show_completion, is_eager=True, expose_value=False,
+            help="Print the completion script for SHELL (bash, zsh, fish, powershell, "
+                 "pwsh) and exit.",
+        ),
+        install_completion: str | None = typer.Option(
+            None, "--install-completion", metavar="SHELL",
+            callback=_install_completion, is_eager=True, expose_value=False,
+            help="Install the completion script for SHELL in its start-up file (bash: "
+                 "~/.bashrc sources ~/.bash_completions/kernel.sh) and exit.",
         ),
     ) -> None:
         """replay-kernel: fail-closed candidate replay and verification."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -86,16 +85,45 @@ def test_dash_h_is_help(args: list[str]) -> None:
     assert "Usage: kernel" in result.stdout
 
 
-def test_shell_completion_prints_a_script_and_completes_command_names() -> None:
-    # Typer names the shell from the parent processes (shellingham), as for a
-    # user typing it into bash: the test starts it from bash, whatever runs pytest.
-    line = shlex.join([sys.executable, "-c", KERNEL_MAIN, "--show-completion"])
-    script = subprocess.run(["bash", "-c", f"{line}; exit $?"], capture_output=True,
-                            timeout=120, check=False)
-    assert script.returncode == 0 and b"_kernel_completion" in script.stdout, script.stderr
+@pytest.mark.parametrize(("shell", "marker"), [
+    ("bash", b"complete -o default -F _kernel_completion kernel"),
+    ("zsh", b"#compdef kernel"),
+    ("fish", b"complete --command kernel"),
+    ("pwsh", b"Register-ArgumentCompleter"),
+])
+def test_shell_completion_prints_the_named_shell_s_script(shell: str, marker: bytes) -> None:
+    # typer's own option ignored the name and printed the script of the shell
+    # it ran in ("--show-completion zsh" from bash gave bash's), or, with no
+    # shell among its parents, "Shell  not supported.": pytest runs it with none.
+    done = _kernel("--show-completion", shell)
+    assert done.returncode == 0, done.stderr
+    assert marker in done.stdout and b"_KERNEL_COMPLETE" in done.stdout
+
+
+def test_completion_completes_command_names() -> None:
     done = _kernel(env={"_KERNEL_COMPLETE": "complete_bash", "COMP_WORDS": "kernel re",
                         "COMP_CWORD": "1"})
     assert done.stdout.split() == [b"replay"]
+
+
+@pytest.mark.parametrize("option", ["--show-completion", "--install-completion"])
+@pytest.mark.parametrize("shell", ["nosuch", "", "BASH", "sh"])
+def test_completion_refuses_a_shell_it_has_no_script_for(
+    tmp_path: Path, option: str, shell: str
+) -> None:
+    done = _kernel(option, shell, env={"HOME": str(tmp_path)})
+    assert done.returncode == 2 and done.stdout == b""
+    assert done.stderr.decode().startswith("error: unknown_shell: "), done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing installed
+
+
+def test_install_completion_writes_the_script_and_sources_it_from_bashrc(tmp_path: Path) -> None:
+    done = _kernel("--install-completion", "bash", env={"HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / ".bash_completions" / "kernel.sh"
+    assert script.read_bytes().strip() == _kernel("--show-completion", "bash").stdout.strip()
+    assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
+    assert str(script) in done.stdout.decode()
 
 
 def test_dash_is_stdin_for_digest_and_bundle(tmp_path: Path) -> None:
