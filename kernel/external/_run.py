@@ -210,6 +210,4 @@ def _write_supplied(evidence: Path, artifacts: Mapping[str, bytes]) -> None:
     for name, data in sorted(artifacts.items()):
         target = evidence / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        write_new(target, data)
