@@ -18,7 +18,10 @@ from kernel.commands.replay import outcome_lines
 from kernel.orchestrate import (
     EvidenceProvider,
     EvidenceTask,
+    ExecutorKind,
+    ExecutorSpec,
     NoEvidence,
+    open_executor,
     replay_bundle,
     replay_requests,
 )
@@ -177,10 +180,26 @@ def test_a_real_process_pool_with_no_evidence_gives_replay_attempts_bytes() -> N
 def test_a_worker_that_dies_is_no_evidence_never_a_verdict(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # A plain pool stays broken: each task it failed is sent once more
+    # (lost_to_a_broken_pool) and refused at the submit.
     with caplog.at_level(logging.WARNING, logger="kernel.orchestrate"), _spawn_pool() as pool:
         outcomes = replay_bundle(e2e_bundle(), CERTIFIED_MANIFEST, _DiesInWorker(), executor=pool)
     assert outcome_lines(outcomes) == _plain(e2e_bundle(), CERTIFIED_MANIFEST)
-    assert "evidence task failed BrokenProcessPool" in caplog.text
+    assert caplog.text.count("evidence task not submitted BrokenProcessPool") == len(CLOSED)
+
+
+def test_a_worker_that_always_dies_is_no_evidence_in_the_kernel_s_own_pool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The kernel's pool is started afresh after each death, at most
+    # MAX_POOL_RESTARTS times; every task dies with its worker each time it runs.
+    with caplog.at_level(logging.WARNING, logger="kernel.orchestrate"), open_executor(
+        ExecutorSpec(ExecutorKind.PROCESS, workers=2)
+    ) as pool:
+        outcomes = replay_bundle(e2e_bundle(), CERTIFIED_MANIFEST, _DiesInWorker(), executor=pool)
+    assert outcome_lines(outcomes) == _plain(e2e_bundle(), CERTIFIED_MANIFEST)
+    assert caplog.text.count("BrokenProcessPool") == len(CLOSED)
+    assert "a certification worker died; a fresh pool" in caplog.text
 
 
 def test_the_certifier_does_nothing_for_attempts_without_target_certified(

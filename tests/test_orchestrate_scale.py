@@ -41,6 +41,7 @@ from kernel.orchestrate import (
     open_executor,
     replay_bundle,
 )
+from kernel.orchestrate._executors import MAX_POOL_RESTARTS, _HealingPool
 from kernel.organs import CERTIFIED_MANIFEST
 from kernel.replay import ContractClosed, ProofEvidence
 from tests.orchestrate_helpers import E2E_BUNDLE, certifier, e2e_bundle
@@ -224,8 +225,13 @@ class _KillsItsWorker:
     inner: ExternalCertifier
     victim: int
     marks: Path | None = None
+    once: Path | None = None  # kill only while this file is absent (it is created first)
 
     def gather(self, state: ContractClosed) -> tuple[ProofEvidence, ...]:
+        if self.once is not None and _index(state) == self.victim:
+            if self.once.exists():
+                return self.inner.gather(state)
+            self.once.write_text("")
         if _index(state) != self.victim:
             evidence = self.inner.gather(state)
             if self.marks is not None:
@@ -277,6 +283,47 @@ def test_a_killed_pool_worker_never_loses_or_closes_an_attempt(
     # no evidence too. Each line is the certified one or the no-evidence one.
     for index, line in enumerate(got):
         assert line in (closed[index], bare[index]), index
+    assert "evidence task failed BrokenProcessPool" in caplog.text
+
+
+def test_a_pool_worker_killed_before_its_certification_began_loses_nothing(
+    tmp_path: Path, inline: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One worker: the victim (the first closed attempt) kills it while the
+    # other certifications wait in the queue. A ProcessPoolExecutor is then
+    # broken for good: every queued certification failed with it and every
+    # later one was refused, so one killed worker cost the rest of the run.
+    # Now the pool is started afresh and each task it failed is submitted
+    # once more; the victim had written nothing, so its re-run certifies too.
+    provider = _KillsItsWorker(certifier(tmp_path / "work"), victim=0, once=tmp_path / "killed")
+    with caplog.at_level(logging.WARNING, logger="kernel.orchestrate"), open_executor(
+        ExecutorSpec(ExecutorKind.PROCESS, workers=1)
+    ) as pool:
+        data = _run(pool, provider)
+        assert isinstance(pool, _HealingPool) and pool.restarts == 1
+    assert (tmp_path / "killed").exists()  # the worker was killed
+    assert data == inline
+    assert "a certification worker died; a fresh pool of 1 worker(s) takes over" in caplog.text
+    assert "evidence task failed" not in caplog.text
+
+
+def test_a_worker_that_dies_whenever_its_task_runs_costs_at_most_max_restarts_pools(
+    tmp_path: Path, inline: bytes, no_evidence: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The victim kills every pool it runs in, also when submitted again: it
+    # is sent once more, never again, and past MAX_POOL_RESTARTS the pool
+    # stays broken (every later task: no evidence), so a run never loops.
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    provider = _KillsItsWorker(certifier(tmp_path / "work"), victim=0, marks=marks)
+    with caplog.at_level(logging.WARNING, logger="kernel.orchestrate"), open_executor(
+        PROCESS
+    ) as pool:
+        data = _run(pool, provider)
+        assert isinstance(pool, _HealingPool) and 1 <= pool.restarts <= MAX_POOL_RESTARTS
+    got, closed, bare = _lines(data), _lines(inline), _lines(no_evidence)
+    assert got[0] == bare[0] and _dispositions(data)[0] == "contract_closed_but_proof_refused"
+    assert got[1:] == closed[1:]  # the others were done before the victim ran
     assert "evidence task failed BrokenProcessPool" in caplog.text
 
 

@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 import kernel.replay._facts as facts_module
 import kernel.replay._machine as machine
 from kernel.cli import app
+from tests.orchestrate_helpers import repeating_bundle_run
 from tests.support.cli import KERNEL_MAIN
 from tests.support.processes import (
     assert_no_new_descendants,
@@ -292,3 +293,38 @@ def test_a_resumed_interrupted_sharded_run_gives_the_uninterrupted_bytes(
     assert (work / "outcomes.jsonl").read_bytes() == expected
     audited = _kernel("audit", work)
     assert audited.returncode == 0, audited.stdout + audited.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_leftover_workers")
+def test_a_certification_worker_killed_mid_run_costs_only_what_it_was_certifying(
+    tmp_path: Path,
+) -> None:
+    # A ProcessPoolExecutor is broken for good once a worker dies: every
+    # certification queued in it, and every later one, got no evidence (24
+    # of 30 attempts of one run, by hand). The kernel's pool is started
+    # afresh and the tasks it failed are sent again: only the certifications
+    # running at the kill (at most --workers) fail closed, as unavailable.
+    bundle, expected = repeating_bundle_run(tmp_path, tuple(range(12)))
+    work, out = tmp_path / "work", tmp_path / "outcomes.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-c", KERNEL_MAIN, "run", str(bundle), "--work-dir", str(work),
+         "-o", str(out), "--executor", "process", "--workers", "2", "--shard-size", "12"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    victim = None
+    while victim is None:  # a certification worker (not one of the two shard workers) at work
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        victim = next((w for w in _spawned(process.pid)[2:] if descendants(w)), None)
+        time.sleep(0.02)
+    os.kill(victim, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=600)
+    got, want = out.read_bytes().splitlines(), expected.splitlines()
+    assert len(got) == len(want) == 12
+    lost = [i for i in range(12) if got[i] != want[i]]
+    assert 1 <= len(lost) <= 2, (lost, stderr)  # what was running when the worker died
+    for i in lost:
+        assert "target_certified=unavailable" in json.loads(got[i])["outcome"]["explanation"]
+    assert process.returncode == 1, stderr  # unavailable is unclassified: the run fails
+    assert b"a certification worker died; a fresh pool of 2 worker(s) takes over" in stderr
+    assert b"Traceback" not in stderr

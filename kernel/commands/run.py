@@ -164,8 +164,10 @@ the attempt is not certified), or, without --scheduler, a local cluster of
 pure steps (validate, contract, proofs) run on the workers too, in shards of
 --shard-size attempts, and the outcome lines are written here in the run's
 order, so the output bytes do not depend on the executor, the worker count
-or the shard size. A certification worker that dies or is lost leaves its
-attempt without evidence (not closed, never PASS); a shard worker that dies
+or the shard size. A certification worker that dies or is lost leaves the
+attempt it was certifying without evidence (not closed, never PASS); the
+pool is started afresh (at most 3 times) and the certifications waiting in
+it are run as usual; a shard worker that dies
 has its shards run again, and past three deaths the run stops (exit 2,
 worker_lost; the recorded outcomes are kept for --resume). A progress bar
 goes to stderr when it is a terminal (not with -q).

@@ -41,6 +41,13 @@ at a time passes the run's ``facts`` on between calls.
   result is no evidence plus a note on the ``kernel.orchestrate`` logger:
   the obligation's authority reports ``unavailable`` and the attempt fails
   closed. It never becomes a verdict, and no attempt is ever dropped.
+- A process pool whose worker died is broken: every task it held fails
+  (``BrokenExecutor``) and the executor starts a fresh pool
+  (``kernel.orchestrate._executors``). Each such task is submitted once more
+  (``lost_to_a_broken_pool``), so a death costs only the certifications
+  that were running in the pool at that moment, never the tasks queued
+  behind them or the rest of the run. A re-run of a task that had begun
+  finds its attempt directory written and fails closed, as above.
 - Notes logged while gathering are captured where the task runs (a worker
   process has no handler of the caller's) and re-logged here, in canonical
   attempt order, after every task has finished.
@@ -57,7 +64,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import BrokenExecutor, Executor, Future
 from typing import Final, assert_never, final
 
 import attrs
@@ -199,6 +206,12 @@ def _collect(future: Future[_Gathered], label: str) -> _Gathered:
     return value
 
 
+def lost_to_a_broken_pool(future: Future[_Gathered]) -> bool:
+    """Whether ``future`` failed because its pool broke (a worker died), not by its own task."""
+    return (future.done() and not future.cancelled()
+            and isinstance(future.exception(), BrokenExecutor))
+
+
 def _submit(executor: Executor, task: EvidenceTask, label: str) -> Future[_Gathered] | _Gathered:
     try:
         return executor.submit(_gather_task, task, label)
@@ -266,21 +279,28 @@ def replay_requests(
         memory.note(key, base + index, task, result.evidence)
         return in_flight.finished(key)
 
-    def dispatch(first: int) -> None:
+    sent: dict[int, EvidenceTask] = {}  # the task submitted for each index, until settled
+    resent: set[int] = set()  # submitted again once, after its pool broke
+
+    def send(index: int, task: EvidenceTask) -> list[int]:
         assert executor is not None
+        stage = staged[index]
+        assert isinstance(stage, ContractClosed)
+        submitted = _submit(executor, task, _label(stage))
+        if isinstance(submitted, _Gathered):
+            return settle(index, submitted)
+        sent[index] = task
+        pending[submitted] = index
+        submitted.add_done_callback(finished.put)
+        return []
+
+    def dispatch(first: int) -> None:
         ready = [first]
         while ready:
             index = ready.pop(0)
-            stage = staged[index]
-            assert isinstance(stage, ContractClosed)
             task, key = held[index]
             task, _ = memory.reuse(key, base + index, task)
-            submitted = _submit(executor, task, _label(stage))
-            if isinstance(submitted, _Gathered):
-                ready.extend(settle(index, submitted))
-            else:
-                pending[submitted] = index
-                submitted.add_done_callback(finished.put)
+            ready.extend(send(index, task))
 
     # The run's facts are computed once per run object and passed to each of
     # its attempts (linear in the run's size; ADR 0011), never memoised by value.
@@ -316,6 +336,12 @@ def replay_requests(
         index = pending.pop(future)
         stage = staged[index]
         assert isinstance(stage, ContractClosed)
+        task = sent.pop(index)
+        if lost_to_a_broken_pool(future) and index not in resent:
+            resent.add(index)
+            for waiting in send(index, task):
+                dispatch(waiting)
+            continue
         for waiting in settle(index, _collect(future, _label(stage))):
             dispatch(waiting)
     outcomes: list[ReplayAdapterOutcome] = []

@@ -14,7 +14,9 @@ Theory of operation (ARCHITECTURE.md "Scale"; ADR-0006; ADR-0008):
   then kills its producer/checker group and the worker exits quietly),
   waited for, and killed if they have not exited after a few seconds: every
   worker is gone before the executor is left, so the interpreter's exit
-  never joins a worker that is still waiting for work (issue 20).
+  never joins a worker that is still waiting for work (issue 20). A pool
+  that a worker's death has broken is replaced by a fresh one at the next
+  submit, at most ``MAX_POOL_RESTARTS`` times (``_HealingPool``, ADR-0008).
 - Ctrl-C at a terminal is sent to the whole foreground process group. A
   pool worker is started with ``SIGINT`` blocked (inherited from the thread
   that starts it) and ignores it; a local Dask worker ignores it from its
@@ -58,6 +60,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Final, assert_never, final
 
@@ -297,26 +300,72 @@ def _kill(pid: int, signum: signal.Signals) -> None:
         os.kill(pid, signum)
 
 
+LOG: Final = logging.getLogger("kernel.orchestrate")
+#: Pools started afresh after a worker's death; past this, the pool stays broken and
+#: every later task fails closed (no evidence, a note), as a pool that cannot keep
+#: a worker alive would only die again.
+MAX_POOL_RESTARTS: Final = 3
+
+
+class _HealingPool(Executor):
+    """A spawn pool that is started afresh when a worker's death has broken it.
+
+    ``ProcessPoolExecutor`` is broken for good once a worker dies: it fails
+    every task it holds and refuses every later one, so one killed worker
+    (the OOM killer, an operator) used to cost every certification left in
+    the run. Here a submit that finds the pool broken stops it (its workers
+    are gone already) and starts a new one, at most ``MAX_POOL_RESTARTS``
+    times; the tasks the broken pool failed are submitted again by the driver
+    (``lost_to_a_broken_pool``). Main thread only, as the driver is.
+    """
+
+    def __init__(self, workers: int, others: frozenset[int]) -> None:
+        self._workers = workers
+        self._others = others
+        self.restarts = 0
+        self.pool = self._start()
+
+    def _start(self) -> _Pool:
+        return _Pool(
+            max_workers=self._workers, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_pool_worker_signals,
+        )
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        try:
+            return self.pool.submit(fn, *args, **kwargs)
+        except BrokenProcessPool:
+            if self.restarts >= MAX_POOL_RESTARTS:
+                raise
+        _stop_pool(self.pool, self._others)
+        self.restarts += 1
+        LOG.warning("a certification worker died; a fresh pool of %d worker(s) takes over "
+                    "(restart %d of at most %d)", self._workers, self.restarts,
+                    MAX_POOL_RESTARTS)
+        self.pool = self._start()
+        return self.pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
 @contextlib.contextmanager
-def _process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+def _process_pool(workers: int) -> Iterator[_HealingPool]:
     others = frozenset(
         pid for pid in (p.pid for p in multiprocessing.active_children()) if pid is not None
     )
-    pool = _Pool(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_pool_worker_signals,
-    )
+    healing = _HealingPool(workers, others)
     try:
-        yield pool
+        yield healing
     except BaseException:
-        _stop_pool(pool, others)
+        _stop_pool(healing.pool, others)
         raise
     finally:
         # A no-op after _stop_pool. After a normal run the output is written: a
         # signal now must not cut the join short (it was reported as an
         # interrupted run whose output is incomplete, beside the complete file).
         with _second_interrupts_ignored():
-            pool.shutdown(wait=True, cancel_futures=True)
+            healing.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _unreachable(address: str, exc: Exception) -> ExecutorSetupError:

@@ -30,7 +30,8 @@ Theory of operation (ADR 0020 "kernel run"; ADR 0008 "what crosses an executor")
 - Faults are the shard runner's (a dead pool worker's jobs not yet taken are
   run again: pure, so nothing is lost or written twice) and the evidence
   executor's (a lost certification is no evidence plus a note: the attempt
-  fails closed, as in ``replay_requests``). Notes (from ``task_for`` on the
+  fails closed, as in ``replay_requests``; a task its broken process pool
+  failed is sent once more, as there). Notes (from ``task_for`` on the
   worker and from gathering) are logged here when the shard is written, in
   attempt order.
 - Nothing here decides evidence: each task is the provider's own and is
@@ -58,6 +59,7 @@ from kernel.orchestrate._driver import (
     _label,
     _prepare,
     _submit,
+    lost_to_a_broken_pool,
 )
 from kernel.orchestrate._inflight import FirstOfKey, InFlight, in_flight_key
 from kernel.orchestrate._provider import EvidenceProvider, EvidenceTask, TaskProvider
@@ -218,13 +220,14 @@ class _Gathering:
 
     def __init__(self, executor: Executor | None) -> None:
         self._executor = executor
-        self.pending: dict[Future[_Gathered], tuple[_Slot, Closed]] = {}
+        self.pending: dict[Future[_Gathered], tuple[_Slot, Closed, EvidenceTask]] = {}
         self._in_flight: InFlight[tuple[_Slot, Closed]] = InFlight()
         # The first passed certification per key, by attempt index (ADR-0019): a
         # later attempt of the key reuses it; an earlier one (a shard that came
         # back late) does not, so a --resume prefix never points past itself.
         self._first: FirstOfKey[EvidenceTask] = FirstOfKey()
         self._counted: dict[int, str | None] = {}  # the key each task counts against
+        self._resent: set[int] = set()
 
     def gather(self, slot: _Slot) -> None:
         """Every closed attempt of ``slot`` submitted now (or parked behind its key)."""
@@ -247,11 +250,15 @@ class _Gathering:
     def _dispatch(self, slot: _Slot, closed: Closed) -> None:
         assert self._executor is not None and closed.task is not None
         task, _ = self._first.reuse(in_flight_key(closed.task), closed.index, closed.task)
+        self._send(slot, closed, task)
+
+    def _send(self, slot: _Slot, closed: Closed, task: EvidenceTask) -> None:
+        assert self._executor is not None
         submitted = _submit(self._executor, task, closed.label)
         if isinstance(submitted, _Gathered):
             self._settle(slot, closed, submitted)
         else:
-            self.pending[submitted] = (slot, closed)
+            self.pending[submitted] = (slot, closed, task)
 
     def _settle(self, slot: _Slot, closed: Closed, result: _Gathered) -> None:
         slot.gathered[closed.index] = result
@@ -265,7 +272,11 @@ class _Gathering:
         if wait and self.pending:
             futures.wait(tuple(self.pending), return_when=futures.FIRST_COMPLETED)
         for future in [f for f in self.pending if f.done()]:
-            slot, closed = self.pending.pop(future)  # a Dask key is released once read
+            slot, closed, task = self.pending.pop(future)  # a Dask key is released once read
+            if lost_to_a_broken_pool(future) and closed.index not in self._resent:
+                self._resent.add(closed.index)  # once: its pool broke under it (a worker died)
+                self._send(slot, closed, task)
+                continue
             self._settle(slot, closed, _collect(future, closed.label))
 
 
