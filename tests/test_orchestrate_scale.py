@@ -41,7 +41,7 @@ from kernel.orchestrate import (
     open_executor,
     replay_bundle,
 )
-from kernel.orchestrate._executors import MAX_POOL_RESTARTS, _HealingPool
+from kernel.orchestrate._process_pool import MAX_POOL_RESTARTS, _HealingPool
 from kernel.organs import CERTIFIED_MANIFEST
 from kernel.replay import ContractClosed, ProofEvidence
 from tests.orchestrate_helpers import E2E_BUNDLE, certifier, e2e_bundle

@@ -38,7 +38,7 @@ which = sys.argv[1]
 util.spawnv_passfds = spawn
 try:
     if which == "certification":
-        from kernel.orchestrate._executors import _Pool
+        from kernel.orchestrate._process_pool import _Pool
         pool = _Pool(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         pool.submit(os.getpid)
     else:

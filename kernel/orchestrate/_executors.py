@@ -16,7 +16,7 @@ Theory of operation (ARCHITECTURE.md "Scale"; ADR-0006; ADR-0008):
   worker is gone before the executor is left, so the interpreter's exit
   never joins a worker that is still waiting for work (issue 20). A pool
   that a worker's death has broken is replaced by a fresh one at the next
-  submit, at most ``MAX_POOL_RESTARTS`` times (``_HealingPool``, ADR-0008).
+  submit, at most ``MAX_POOL_RESTARTS`` times (``_process_pool``, ADR-0008).
 - Ctrl-C at a terminal is sent to the whole foreground process group. A
   pool worker is started with ``SIGINT`` blocked (inherited from the thread
   that starts it) and ignores it; a local Dask worker ignores it from its
@@ -53,19 +53,26 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import multiprocessing
 import os
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Final, assert_never, final
 
 import attrs
 
+from kernel.orchestrate._children import (
+    KILL_SECONDS,
+    interrupts_held,
+    is_child,
+    kill,
+    second_interrupts_ignored,
+    sigint_blocked,
+    wait_gone,
+)
+from kernel.orchestrate._process_pool import process_pool
 from kernel.orchestrate.errors import ExecutorSetupError
 
 __all__ = [
@@ -78,8 +85,6 @@ __all__ = [
 
 MAX_WORKERS: Final = 1024
 _DEFAULT_CONNECT_SECONDS: Final = 10.0
-_STOP_SECONDS: Final = 4.0  # after an interrupt: SIGTERM, then this long, then SIGKILL
-_KILL_SECONDS: Final = 2.0  # then this long for the killed to be gone (SIGKILL is not ignored)
 # A local Dask cluster's close, per step (client, nannies, scheduler): each
 # nanny asks its worker to stop, waits 0.8 of this, then kills it.
 _CLOSE_SECONDS: Final = 5.0
@@ -174,198 +179,13 @@ def open_executor(spec: ExecutorSpec) -> Iterator[Executor | None]:
             yield None
         case ExecutorKind.PROCESS:
             assert spec.workers is not None
-            with _process_pool(spec.workers) as pool:
+            with process_pool(spec.workers) as pool:
                 yield pool
         case ExecutorKind.DASK:
             with _dask(spec) as executor:
                 yield executor
         case _:
             assert_never(spec.kind)
-
-
-@contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread meanwhile: what it starts (threads, processes) inherits that.
-
-    A signal that arrives meanwhile stays pending and is delivered here when
-    the block ends, so no Ctrl-C is lost.
-    """
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    except (AttributeError, OSError, ValueError):  # no pthread_sigmask here: nothing to do
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-@contextlib.contextmanager
-def _second_interrupts_ignored() -> Iterator[None]:
-    """While the workers are stopped: SIGINT and SIGTERM ignored, so the bounded stop completes."""
-    previous: list[tuple[signal.Signals, Any]] = []
-    try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous.append((signum, signal.signal(signum, signal.SIG_IGN)))
-    except ValueError:  # not the main thread (an embedding test runner): nothing to do
-        pass
-    try:
-        yield
-    finally:
-        for signum, handler in previous:
-            signal.signal(signum, handler)
-
-
-_worker_stopping = False
-
-
-def _worker_stop(signum: int, frame: object) -> None:
-    """A pool worker's SIGTERM: unwind the running task (its step group is killed), then exit."""
-    global _worker_stopping
-    if _worker_stopping:  # already unwinding: do not raise into that cleanup again
-        os._exit(128 + signum)
-    _worker_stopping = True
-    raise SystemExit(128 + signum)  # never printed as a traceback by multiprocessing
-
-
-def _pool_worker_signals() -> None:
-    """Pool worker initializer: ignore the terminal's SIGINT; SIGTERM stops the worker quietly."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _worker_stop)
-
-
-class _Pool(ProcessPoolExecutor):
-    """A spawn pool whose workers are started (on ``submit``) with SIGINT blocked.
-
-    A submit may spawn a worker, which writes the worker's start-up data into
-    a pipe; a SIGINT or SIGTERM whose handler raised halfway through that
-    write left a child reading half of it (``EOFError: Ran out of input``, a
-    traceback on the run's stderr; issue 20). Both are held until the submit
-    is over, then acted on (``held_interrupts``).
-    """
-
-    def submit(
-        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> Future[Any]:
-        with held_interrupts(), _sigint_blocked():
-            return super().submit(fn, *args, **kwargs)
-
-
-def _alive_children(pids: list[int]) -> list[int]:
-    return [pid for pid in pids if _is_child(pid)]
-
-
-def _wait_gone(pids: list[int], seconds: float) -> list[int]:
-    """Wait up to ``seconds`` for ``pids`` (children of this process) to exit; those still alive."""
-    deadline = time.monotonic() + seconds
-    while (alive := _alive_children(pids)) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return alive
-
-
-def _stop_pool(pool: ProcessPoolExecutor, others: frozenset[int] = frozenset()) -> None:
-    """Cancel queued tasks and stop running ones now, rather than wait for their deadlines.
-
-    The pool keeps its workers and its manager thread in private attributes
-    that ``shutdown`` clears, so they are read first. Each worker gets
-    ``SIGTERM``: a running certification then kills its producer/checker
-    group on the way out (``kernel.external``) and the worker exits. Whatever
-    is still alive after ``_STOP_SECONDS`` is killed; either way every worker
-    has exited when this returns (a worker is signalled only while it is a
-    live child of this process, so its pid is still its own).
-    """
-    processes: object = getattr(pool, "_processes", None)
-    workers = list(processes.values()) if isinstance(processes, dict) else []
-    # A worker whose start the interrupt cut short is not in the pool's table
-    # yet, but is a child that multiprocessing's exit would wait for: it too
-    # (``others``: the children this process had before the pool, not its own).
-    workers += [p for p in multiprocessing.active_children() if p.pid not in others]
-    pids = sorted({pid for pid in (getattr(p, "pid", None) for p in workers)
-                   if isinstance(pid, int)})
-    manager: object = getattr(pool, "_executor_manager_thread", None)
-    with _second_interrupts_ignored():
-        pool.shutdown(wait=False, cancel_futures=True)
-        for pid in _alive_children(pids):
-            _kill(pid, signal.SIGTERM)
-        for pid in _wait_gone(pids, _STOP_SECONDS):
-            _kill(pid, signal.SIGKILL)
-        _wait_gone(pids, _KILL_SECONDS)
-        if isinstance(manager, threading.Thread):
-            manager.join(_KILL_SECONDS)  # it reaps the workers; bounded, never hangs the exit
-
-
-def _kill(pid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
-
-
-LOG: Final = logging.getLogger("kernel.orchestrate")
-#: Pools started afresh after a worker's death; past this, the pool stays broken and
-#: every later task fails closed (no evidence, a note), as a pool that cannot keep
-#: a worker alive would only die again.
-MAX_POOL_RESTARTS: Final = 3
-
-
-class _HealingPool(Executor):
-    """A spawn pool that is started afresh when a worker's death has broken it.
-
-    ``ProcessPoolExecutor`` is broken for good once a worker dies: it fails
-    every task it holds and refuses every later one, so one killed worker
-    (the OOM killer, an operator) used to cost every certification left in
-    the run. Here a submit that finds the pool broken stops it (its workers
-    are gone already) and starts a new one, at most ``MAX_POOL_RESTARTS``
-    times; the tasks the broken pool failed are submitted again by the driver
-    (``lost_to_a_broken_pool``). Main thread only, as the driver is.
-    """
-
-    def __init__(self, workers: int, others: frozenset[int]) -> None:
-        self._workers = workers
-        self._others = others
-        self.restarts = 0
-        self.pool = self._start()
-
-    def _start(self) -> _Pool:
-        return _Pool(
-            max_workers=self._workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_pool_worker_signals,
-        )
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        try:
-            return self.pool.submit(fn, *args, **kwargs)
-        except BrokenProcessPool:
-            if self.restarts >= MAX_POOL_RESTARTS:
-                raise
-        _stop_pool(self.pool, self._others)
-        self.restarts += 1
-        LOG.warning("a certification worker died; a fresh pool of %d worker(s) takes over "
-                    "(restart %d of at most %d)", self._workers, self.restarts,
-                    MAX_POOL_RESTARTS)
-        self.pool = self._start()
-        return self.pool.submit(fn, *args, **kwargs)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self.pool.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-
-@contextlib.contextmanager
-def _process_pool(workers: int) -> Iterator[_HealingPool]:
-    others = frozenset(
-        pid for pid in (p.pid for p in multiprocessing.active_children()) if pid is not None
-    )
-    healing = _HealingPool(workers, others)
-    try:
-        yield healing
-    except BaseException:
-        _stop_pool(healing.pool, others)
-        raise
-    finally:
-        # A no-op after _stop_pool. After a normal run the output is written: a
-        # signal now must not cut the join short (it was reported as an
-        # interrupted run whose output is incomplete, beside the complete file).
-        with _second_interrupts_ignored():
-            healing.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _unreachable(address: str, exc: Exception) -> ExecutorSetupError:
@@ -397,22 +217,13 @@ def _probe_scheduler(address: str, seconds: float) -> None:
         raise _unreachable(address, exc) from exc
 
 
-def _is_child(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()  # Linux; elsewhere nothing is killed
-    except OSError:
-        return False
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return fields[0] not in (b"Z", b"X") and int(fields[1]) == os.getpid()
-
-
 def _live_children() -> list[int]:
     """The live child processes of this process (Linux ``/proc``; elsewhere none)."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return []
-    return [int(name) for name in entries if name.isdigit() and _is_child(int(name))]
+    return [int(name) for name in entries if name.isdigit() and is_child(int(name))]
 
 
 def _spawned_workers(before: frozenset[int]) -> list[int]:
@@ -437,11 +248,11 @@ def _spawned_workers(before: frozenset[int]) -> list[int]:
 
 def _sweep_workers(before: frozenset[int]) -> None:
     """SIGKILL every Dask worker process still alive, until none is left (bounded); reaped."""
-    deadline = time.monotonic() + _KILL_SECONDS
+    deadline = time.monotonic() + KILL_SECONDS
     while (alive := _spawned_workers(before)) and time.monotonic() < deadline:
         for pid in alive:
-            _kill(pid, signal.SIGKILL)
-        _wait_gone(alive, max(0.0, deadline - time.monotonic()))
+            kill(pid, signal.SIGKILL)
+        wait_gone(alive, max(0.0, deadline - time.monotonic()))
 
 
 @final
@@ -503,7 +314,7 @@ def _close_cluster(
             return step
         return max(0.1, min(step, deadline - time.monotonic()))
 
-    with _second_interrupts_ignored():
+    with second_interrupts_ignored():
         _loop_errors_dropped(local.cluster)
         if client is not None:
             with contextlib.suppress(Exception):
@@ -590,11 +401,11 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
         try:
             yield executor
         except BaseException:
-            with _second_interrupts_ignored():
+            with second_interrupts_ignored():
                 executor.shutdown(wait=False)  # cancels what has not finished
             raise
         # The run is over and its output written: a signal now must not cut the close short.
-        with _second_interrupts_ignored():
+        with second_interrupts_ignored():
             executor.shutdown(wait=True)
 
 
@@ -605,7 +416,7 @@ def _start_local_cluster(workers: int) -> _LocalCluster:
     thread that starts them, as a terminal's Ctrl-C reaches the whole
     group), ignore it from ``dask_setup`` on, and have /dev/null as stderr
     (``_children_stderr_silenced``). SIGINT and SIGTERM that arrive while
-    it starts are held (``_interrupts_held``) and acted on once the start is
+    it starts are held (``interrupts_held``) and acted on once the start is
     over, on a whole cluster closed in order: a start cut short left
     nannies spawning workers in the event loop thread that nothing could
     close any more, and the sweep of its children killed multiprocessing's
@@ -620,9 +431,9 @@ def _start_local_cluster(workers: int) -> _LocalCluster:
     resource_tracker.ensure_running()
     before = frozenset(_live_children())
     held: list[int] = []
-    with _interrupts_held(held):
+    with interrupts_held(held):
         try:
-            with _local_worker_config(), _sigint_blocked(), _children_stderr_silenced():
+            with _local_worker_config(), sigint_blocked(), _children_stderr_silenced():
                 cluster = _local_cluster(workers)
         except Exception as exc:
             # LocalCluster closed itself; no half-built cluster at exit, no worker left.
@@ -642,38 +453,6 @@ def _start_local_cluster(workers: int) -> _LocalCluster:
         _close_cluster(local, None, _INTERRUPTED_CLOSE_SECONDS, _INTERRUPTED_CLOSE_BUDGET)
         raise
     return local
-
-
-@contextlib.contextmanager
-def held_interrupts() -> Iterator[None]:
-    """SIGINT and SIGTERM that arrive meanwhile are acted on at the end, by the handlers the
-    caller had installed: the block is never cut halfway (main thread only)."""
-    held: list[int] = []
-    with _interrupts_held(held):
-        yield
-    for signum in held:
-        signal.raise_signal(signum)
-
-
-@contextlib.contextmanager
-def _interrupts_held(held: list[int]) -> Iterator[None]:
-    """SIGINT and SIGTERM recorded in ``held`` meanwhile, not acted on (main thread only)."""
-    previous: list[tuple[signal.Signals, Any]] = []
-
-    def hold(signum: int, frame: object) -> None:
-        if signum not in held:
-            held.append(signum)
-
-    try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous.append((signum, signal.signal(signum, hold)))
-    except ValueError:  # not the main thread: no signal is delivered to it anyway
-        pass
-    try:
-        yield
-    finally:
-        for signum, handler in previous:
-            signal.signal(signum, handler)
 
 
 def _local_worker_config() -> contextlib.AbstractContextManager[object]:

@@ -72,11 +72,11 @@ from kernel.bundles import (
     document_attempts,
     outcome_line,
 )
+from kernel.orchestrate._children import second_interrupts_ignored
 from kernel.orchestrate._executors import (
     ExecutorKind,
     ExecutorSpec,
     _probe_scheduler,
-    _second_interrupts_ignored,
     _unreachable,
     check_executor_spec,
     local_client,
@@ -495,7 +495,7 @@ class _ProcessShards(ShardRunner):
             if failed:
                 self._pool.close(failed=True)
             else:
-                with _second_interrupts_ignored():  # every shard is in: not cut short
+                with second_interrupts_ignored():  # every shard is in: not cut short
                     self._pool.close(failed=False)
         finally:
             self._remove()

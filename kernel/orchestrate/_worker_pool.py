@@ -73,7 +73,7 @@ from typing import Final, Literal, cast, final
 
 import attrs
 
-from kernel.orchestrate._executors import held_interrupts
+from kernel.orchestrate._children import held_interrupts
 
 __all__ = ["Start", "Task", "TaskFailed", "WorkerPool", "fork_is_safe"]
 
