@@ -55,8 +55,8 @@ sandbox-tools:  ## install bubblewrap and strace from Debian (apt-get) when miss
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check kernel tests examples bench vectors
 
-typecheck: $(STAMP)  ## mypy --strict over kernel/ and tests/
-	$(BIN)/mypy --strict kernel tests
+typecheck: $(STAMP)  ## mypy --strict over kernel/, tests/ and bench/
+	$(BIN)/mypy --strict kernel tests bench
 
 # Two passes: everything not marked serial on PYTEST_WORKERS processes, then the
 # serial tests (time bounds, signals at chosen moments) alone. See tests/conftest.py.

@@ -109,7 +109,7 @@ class Instance:
 
 
 def instances() -> list[Instance]:
-    from pysat.solvers import Solver
+    from pysat.solvers import Solver  # type: ignore[import-untyped]  # python-sat ships no types
 
     chosen = [
         ("php 7 into 6", *pigeonhole(6)),
@@ -172,7 +172,8 @@ def main(rounds: int, *, with_dratify: bool = True) -> int:
         return shipped(instance.formula, instance.proof)[0] == "accepted"
 
     def theirs(instance: Instance) -> bool:
-        import dratify
+        # optional (the `bench` extra); typed (py.typed) when installed
+        import dratify  # type: ignore[import-not-found, unused-ignore]
 
         formula = dratify.parse_dimacs(instance.formula.decode())
         return bool(dratify.check_proof(formula, instance.proof.decode(), engine="python").ok)
@@ -188,7 +189,8 @@ def main(rounds: int, *, with_dratify: bool = True) -> int:
     names += ["baseline"] if baseline else []
     print(f"DRAT: shipped sat_checker.py vs drat-trim ({DRAT_TRIM_COMMIT[:7]}, {DRAT_TRIM})")
     if with_dratify:
-        import dratify
+        # optional (the `bench` extra); typed (py.typed) when installed
+        import dratify  # type: ignore[import-not-found, unused-ignore]
 
         print(f"  and dratify {dratify.__version__} (python engine)")
     print(f"{rounds} rounds, order rotating; ratio = shipped / other per round")
@@ -225,6 +227,6 @@ def main(rounds: int, *, with_dratify: bool = True) -> int:
         header += [f"shipped / {other} (median)", "min-max"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    for cells in rows:
+        print("| " + " | ".join(cells) + " |")
     return 0

@@ -32,6 +32,7 @@ floor / variant, so replay's multiple of its floor is the inverse.
 from __future__ import annotations
 
 import gc
+import importlib
 import statistics
 import sys
 import time
@@ -47,6 +48,7 @@ from bench._cases import ROOT, Corpus
 from bench._harness import Comparison, Ratio, Variant
 from kernel._values import UNSEALED_ID
 from kernel.commands.replay import attempt_lines
+from kernel.frames import ProblemFrame
 from kernel.identity import JsonValue, digest, validated_payloads
 from kernel.organs import BUILTIN_MANIFEST, assess, builtin_manifest
 from kernel.replay import (
@@ -70,7 +72,7 @@ from kernel.replay._authority import CandidateMemo, candidate_scope
 from kernel.replay._facts import built_facts, with_built
 from kernel.replay._machine import _sealed
 from kernel.serde import loads
-from kernel.upstream import build_chain
+from kernel.upstream import CandidateDraft, build_chain
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,11 @@ class Floor:
 
     attempts: int
     payloads: tuple[JsonValue, ...]
+
+
+# The function ``_recording`` swaps, by name, in every kernel module holding it
+# (a module's attributes have no static type for mypy to check an assignment to).
+_PROBED: Final = "canonical_json"
 
 
 @contextmanager
@@ -95,15 +102,15 @@ def _recording(into: list[JsonValue]) -> Iterator[None]:
         module
         for name, module in sorted(sys.modules.items())
         if (name == "kernel" or name.startswith("kernel."))
-        and getattr(module, "canonical_json", None) is original
+        and getattr(module, _PROBED, None) is original
     ]
     for module in holders:
-        module.canonical_json = recorder
+        setattr(module, _PROBED, recorder)
     try:
         yield
     finally:
         for module in holders:
-            module.canonical_json = original
+            setattr(module, _PROBED, original)
 
 
 def hash_floor(corpus: Corpus) -> Floor:
@@ -361,15 +368,20 @@ if __name__ == "__main__":  # pragma: no cover - or as part of ``python -m bench
 
 def scaled_bundle(attempts: int) -> ReplayBundle:
     """The shipped scenario's four honest candidates, cycled to ``attempts`` attempts."""
+    # examples/ is no package and not on mypy's path: import the script by name
+    # while its folder is on sys.path (its own ``_generated`` import needs that
+    # too), and give what is taken from it the types it has there.
     sys.path.insert(0, str(ROOT / "examples"))
     try:
-        import build_example_chain as example
+        example = importlib.import_module("build_example_chain")
     finally:
         sys.path.pop(0)
 
-    drafts = [example.CANDIDATES[i % 4] for i in range(attempts)]
+    candidates: tuple[CandidateDraft, ...] = example.CANDIDATES
+    original: ProblemFrame = example.ORIGINAL
+    drafts = [candidates[i % 4] for i in range(attempts)]
     chain = build_chain(
-        example.ORIGINAL, assess(example.ORIGINAL), drafts,
+        original, assess(original), drafts,
         operator_set_id="arithmetic.repair_ops", operator_set_version="v1",
     )
     inputs = tuple(build_replay_input(chain, i, BUILTIN_MANIFEST) for i in range(attempts))

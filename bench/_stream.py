@@ -147,7 +147,10 @@ def main(argv: list[str]) -> int:
     options: tuple[str, ...] = ()
     if argv[:1] == ["--workers"]:
         options, argv = ("--workers", argv[1]), argv[2:]
-    say = lambda line: print(line, flush=True)  # noqa: E731
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
     say(f"load average {os.getloadavg()}; kernel replay {' '.join(options) or '(serial)'}")
     measure([int(a) for a in argv] or [1000, 4000], say=say, replay_options=options)
     say(f"load average {os.getloadavg()}")
