@@ -199,7 +199,17 @@ def test_an_inline_run_examines_its_run_once_not_once_per_attempt(
 # --- faults -----------------------------------------------------------------------------
 
 
-def _started(pid: int) -> int:
+_TWO_WORKERS = ("--executor", "process", "--workers", "2")
+
+
+def _started(bundle: Path, work: Path, *options: str | Path) -> subprocess.Popen[bytes]:
+    """``kernel run BUNDLE --work-dir WORK OPTIONS...``, started (stdout and stderr piped)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", KERNEL_MAIN, "run", str(bundle), "--work-dir", str(work),
+         *map(str, options)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _start_time(pid: int) -> int:
     """A process's start time (clock ticks since boot: /proc/PID/stat field 22)."""
     stat = Path(f"/proc/{pid}/stat").read_bytes()
     return int(stat[stat.rindex(b")") + 2 :].split()[19])
@@ -211,7 +221,7 @@ def _spawned(pid: int) -> list[int]:
     for child in descendants(pid):
         with contextlib.suppress(OSError, ValueError):
             if b"spawn_main" in cmdline(child):
-                found.append((_started(child), child))
+                found.append((_start_time(child), child))
     return [child for _, child in sorted(found)]
 
 
@@ -225,10 +235,7 @@ def test_a_shard_worker_killed_mid_run_loses_and_duplicates_no_outcome(
     tmp_path: Path, stream: Path, inline: dict[str, tuple[int, bytes]]
 ) -> None:
     work, out = tmp_path / "work", tmp_path / "outcomes.jsonl"
-    process = subprocess.Popen(
-        [sys.executable, "-c", KERNEL_MAIN, "run", str(stream), "--work-dir", str(work),
-         "-o", str(out), "--executor", "process", "--workers", "2", "--shard-size", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = _started(stream, work, "-o", out, *_TWO_WORKERS, "--shard-size", "1")
     deadline = time.monotonic() + 300
     # The shard pool starts its two workers before any certification is submitted:
     # they are the two oldest; the certification pool's come later.
@@ -248,10 +255,7 @@ def test_shard_workers_that_keep_dying_fail_closed_with_worker_lost(
     tmp_path: Path, stream: Path
 ) -> None:
     work, out = tmp_path / "work", tmp_path / "outcomes.jsonl"
-    process = subprocess.Popen(
-        [sys.executable, "-c", KERNEL_MAIN, "run", str(stream), "--work-dir", str(work), "-q",
-         "-o", str(out), "--executor", "process", "--workers", "2", "--shard-size", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = _started(stream, work, "-q", "-o", out, *_TWO_WORKERS, "--shard-size", "1")
     stderr = communicate_while_killing(process, lambda: _spawned(process.pid))
     assert process.returncode == 2, stderr
     assert stderr.startswith(b"error: worker_lost: a worker process died 4 times"), stderr
@@ -268,10 +272,8 @@ def test_a_resumed_interrupted_sharded_run_gives_the_uninterrupted_bytes(
     tmp_path: Path, stream: Path, inline: dict[str, tuple[int, bytes]]
 ) -> None:
     work = tmp_path / "work"
-    options = ("--executor", "process", "--workers", "2", "--shard-size", "1")
-    process = subprocess.Popen(
-        [sys.executable, "-c", KERNEL_MAIN, "run", str(stream), "--work-dir", str(work), "-q",
-         *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    options = (*_TWO_WORKERS, "--shard-size", "1")
+    process = _started(stream, work, "-q", *options)
     deadline = time.monotonic() + 300
     while _lines(work / "outcomes.jsonl") < 2:
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
@@ -307,10 +309,7 @@ def test_a_certification_worker_killed_mid_run_costs_only_what_it_was_certifying
     # running at the kill (at most --workers) fail closed, as unavailable.
     bundle, expected = repeating_bundle_run(tmp_path, tuple(range(12)))
     work, out = tmp_path / "work", tmp_path / "outcomes.jsonl"
-    process = subprocess.Popen(
-        [sys.executable, "-c", KERNEL_MAIN, "run", str(bundle), "--work-dir", str(work),
-         "-o", str(out), "--executor", "process", "--workers", "2", "--shard-size", "12"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = _started(bundle, work, "-o", out, *_TWO_WORKERS, "--shard-size", "12")
     deadline = time.monotonic() + 300
     victim = None
     while victim is None:  # a certification worker (not one of the two shard workers) at work

@@ -21,8 +21,9 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any, Final
 
 __all__ = [
@@ -60,20 +61,9 @@ def sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-@contextlib.contextmanager
-def second_interrupts_ignored() -> Iterator[None]:
+def second_interrupts_ignored() -> contextlib.AbstractContextManager[None]:
     """While the workers are stopped: SIGINT and SIGTERM ignored, so the bounded stop completes."""
-    previous: list[tuple[signal.Signals, Any]] = []
-    try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous.append((signum, signal.signal(signum, signal.SIG_IGN)))
-    except ValueError:  # not the main thread (an embedding test runner): nothing to do
-        pass
-    try:
-        yield
-    finally:
-        for signum, handler in previous:
-            signal.signal(signum, handler)
+    return _interrupts_handled_by(signal.SIG_IGN)
 
 
 def alive_children(pids: list[int]) -> list[int]:
@@ -113,22 +103,33 @@ def held_interrupts() -> Iterator[None]:
         signal.raise_signal(signum)
 
 
-@contextlib.contextmanager
-def interrupts_held(held: list[int]) -> Iterator[None]:
+def interrupts_held(held: list[int]) -> contextlib.AbstractContextManager[None]:
     """SIGINT and SIGTERM recorded in ``held`` meanwhile, not acted on (main thread only)."""
-    previous: list[tuple[signal.Signals, Any]] = []
 
     def hold(signum: int, frame: object) -> None:
         if signum not in held:
             held.append(signum)
 
+    return _interrupts_handled_by(hold)
+
+
+@contextlib.contextmanager
+def _interrupts_handled_by(
+    handler: Callable[[int, FrameType | None], object] | signal.Handlers,
+) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` meanwhile, then to the handlers they had.
+
+    Only the main thread may set a handler; elsewhere (an embedding test
+    runner's thread) nothing changes, and no signal is delivered there anyway.
+    """
+    previous: list[tuple[signal.Signals, Any]] = []
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
-            previous.append((signum, signal.signal(signum, hold)))
-    except ValueError:  # not the main thread: no signal is delivered to it anyway
+            previous.append((signum, signal.signal(signum, handler)))
+    except ValueError:
         pass
     try:
         yield
     finally:
-        for signum, handler in previous:
-            signal.signal(signum, handler)
+        for signum, handler_before in previous:
+            signal.signal(signum, handler_before)
