@@ -43,7 +43,7 @@ at a time passes the run's ``facts`` on between calls.
   closed. It never becomes a verdict, and no attempt is ever dropped.
 - A process pool whose worker died is broken: every task it held fails
   (``BrokenExecutor``) and the executor starts a fresh pool
-  (``kernel.orchestrate._executors``). Each such task is submitted once more
+  (``kernel.orchestrate._process_pool``). Each such task is submitted once more
   (``lost_to_a_broken_pool``), so a death costs only the certifications
   that were running in the pool at that moment, never the tasks queued
   behind them or the rest of the run. A re-run of a task that had begun
