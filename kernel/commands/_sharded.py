@@ -2,9 +2,9 @@
 
 ``open_sharded`` reads a bundle like ``open_bundle`` (the same refusals, at
 the same points) and keeps its shared part (a stream's header and run as
-its reader built them, pickled once; or the document's bytes) to send to
-each worker once, and cuts the
-attempt lines into shards as they are read (``StreamShards``). Envelope
+its reader built them, or the document's bytes) for each worker to get
+once (in memory when forked, pickled once when spawned or on Dask), and
+cuts the attempt lines into shards as they are read (``StreamShards``). Envelope
 defects that serial replay finds after the attempts (lines after the last
 attempt, attempt lines missing at the end) are found here by the command's
 own reader, positioned past the shards, and reported after every shard's
