@@ -46,6 +46,24 @@ def _worker_stop(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # never printed as a traceback by multiprocessing
 
 
+def _as_a_task(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` in a pool worker, which ends with it once SIGTERM came.
+
+    The pool's worker loop catches whatever a task raises, ``SystemExit``
+    included, sends it back as the task's result and takes the next task:
+    a worker stopped by ``_worker_stop`` (the pool's SIGTERM when another
+    worker died, or the command's on an interrupt) went on to begin the
+    next queued certification, whose attempt directory was then used and
+    its evidence lost. The task has unwound here (its producer/checker group
+    killed on the way out): the worker exits now, without a result.
+    """
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if _worker_stopping:
+            os._exit(128 + signal.SIGTERM)
+
+
 def _pool_worker_signals() -> None:
     """Pool worker initializer: ignore the terminal's SIGINT; SIGTERM stops the worker quietly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -66,7 +84,7 @@ class _Pool(ProcessPoolExecutor):
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> Future[Any]:
         with held_interrupts(), sigint_blocked():
-            return super().submit(fn, *args, **kwargs)
+            return super().submit(_as_a_task, fn, args, kwargs)
 
 
 def _stop_pool(
