@@ -288,20 +288,39 @@ def test_workers_that_keep_dying_fail_closed_with_worker_lost(
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no file, no temporary beside it
 
 
+# Large enough that the shards outlast the test's reaction by far: on a quiet
+# machine 1,000 attempts finished inside the 0.5 s the test used to sleep "into
+# the shards" (8 of 8 runs exit 0), and on a slow one the signal met the pool's
+# shutdown instead (issue 35, item 11). 5,000 attempts at --shard-size 5 take
+# seconds after the first outcome is flushed; the test signals within one poll.
+INTERRUPTED_SIZE = 5000
+
+
+@pytest.fixture(scope="module")
+def long_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _bundle(tmp_path_factory.mktemp("long-bundle"), INTERRUPTED_SIZE)
+
+
+def _partial_outputs(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.stat().st_size > 0]
+
+
 @pytest.mark.parametrize("group", [False, True], ids=["kill", "terminal-ctrl-c"])
 def test_ctrl_c_ends_every_worker_within_a_bound(
-    tmp_path: Path, bundles: dict[int, Path], group: bool
+    tmp_path: Path, long_bundle: Path, group: bool
 ) -> None:
     out = tmp_path / "outcomes.jsonl"
-    argv = [sys.executable, "-c", KERNEL_MAIN, "replay", str(bundles[1000]), "-o", str(out),
+    argv = [sys.executable, "-c", KERNEL_MAIN, "replay", str(long_bundle), "-o", str(out),
             "--workers", "2", "--shard-size", "5"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=group)
     deadline = time.monotonic() + 120
-    while not (workers := pool_workers(process.pid)) or not list(tmp_path.iterdir()):
+    # Into the shards: the workers are up and outcome lines have reached the
+    # unfinished output file (its first buffer flushed), so the command is inside
+    # its loop over the shards' results, not setting up nor tearing down.
+    while not (workers := pool_workers(process.pid)) or not _partial_outputs(tmp_path):
         assert process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    time.sleep(0.5)  # into the shards
+        time.sleep(0.02)
     sent = time.monotonic()
     if group:  # a terminal's Ctrl-C: SIGINT to the whole foreground group
         os.killpg(process.pid, signal.SIGINT)
@@ -311,6 +330,8 @@ def test_ctrl_c_ends_every_worker_within_a_bound(
     elapsed = time.monotonic() - sent
     assert process.returncode == 130, stderr
     assert stderr.startswith(b"error: interrupted: SIGINT after "), stderr
+    done = int(stderr.split(b" after ")[1].split(b" of ")[0])
+    assert 0 < done < INTERRUPTED_SIZE, stderr  # mid-run: some outcomes, not all
     assert b"Traceback" not in stderr
     assert elapsed < 15, elapsed
     for worker in workers:
