@@ -57,12 +57,15 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Final, assert_never, final
 
 import attrs
 
 from kernel.external._fingerprint import Fingerprint, fingerprint_of
+from kernel.external._reclaim import lend
 from kernel.external._sandbox import StepView, sandbox_prefix, sandbox_tools
+from kernel.external._step_uids import acquire_step_uid, step_uid_range
 
 __all__ = [
     "ContainmentLevel",
@@ -151,8 +154,14 @@ def _sandbox_works() -> bool:
     if sandbox_tools() is None or true is None or not hasattr(os, "memfd_create"):
         return False
     try:
-        with tempfile.TemporaryDirectory(prefix="kernel-sandbox-probe-") as scratch:
+        with contextlib.ExitStack() as held:
+            scratch = held.enter_context(
+                tempfile.TemporaryDirectory(prefix="kernel-sandbox-probe-"))
             view = StepView(output=scratch, read_only=(), needed=(), workdir=scratch)
+            if os.geteuid() == 0:  # the chain a root kernel's steps run: under a uid of their own
+                slot = held.enter_context(acquire_step_uid(step_uid_range(os.environ)))
+                lend(Path(scratch), slot.uid)
+                view = attrs.evolve(view, step_uid=slot.uid)
             done = subprocess.run(
                 [*sandbox_prefix(view), true],
                 stdin=subprocess.DEVNULL,

@@ -39,7 +39,10 @@ import attrs
 
 __all__ = [
     "DEFAULT_STEP_LIMITS",
+    "ETC_ENTRIES",
     "MASKED_ROOT",
+    "PROC_READ_ONLY",
+    "SYSTEM_DIRS",
     "StepLimits",
     "StepView",
     "sandbox_environment",
@@ -50,6 +53,21 @@ __all__ = [
 _TOOL_DIRS: Final = ("/usr/bin", "/bin")
 #: The directory a sandboxed step gets as a private tmpfs (and as HOME, TMPDIR).
 MASKED_ROOT: Final = "/tmp"
+#: The system directories every step sees read-only (a merged-/usr symlink stays a symlink).
+SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_SYSTEM_PREFIXES: Final = frozenset({"/", "/usr", "/usr/local"})
+#: What of /etc a program reads to start and to name things: the loader's cache,
+#: name-service configuration without secrets, time zone, certificates. Never
+#: /etc/shadow, /etc/gshadow, /etc/ssh or anything an operator keeps private.
+ETC_ENTRIES: Final = (
+    "/etc/alternatives", "/etc/ca-certificates", "/etc/group", "/etc/host.conf",
+    "/etc/hosts", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/locale.alias", "/etc/localtime", "/etc/mime.types", "/etc/nsswitch.conf",
+    "/etc/passwd", "/etc/ssl", "/etc/timezone",
+)
+#: Host-wide knobs of /proc that stay read-only even where the step is uid 0 of
+#: its own user namespace (bubblewrap covers only /proc/irq and /proc/bus).
+PROC_READ_ONLY: Final = ("/proc/sys", "/proc/sysrq-trigger")
 _KEPT_PYTHON: Final = {
     "PYTHONNOUSERSITE": "1",
     "PYTHONSAFEPATH": "1",
@@ -105,6 +123,11 @@ def _all_absolute(
         _check_absolute(attribute.name, path)
 
 
+def _step_uid(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and (type(value) is not int or value <= 0):
+        raise ValueError("step_uid must be a positive integer (never root)")
+
+
 @final
 @attrs.frozen
 class StepView:
@@ -112,9 +135,21 @@ class StepView:
 
     ``output`` is the only directory it may write (besides its private tmpfs);
     ``read_only`` are files inside ``output`` that stay read-only (its
-    request); ``needed`` are paths it must see even where a private mount
-    covers them (only those under ``/tmp`` are bound back, read-only);
-    ``workdir`` is where it starts.
+    request); ``needed`` are the paths it is given to read (its attempt
+    directory, its pinned files, the launcher's interpreter): each is bound
+    read-only with its resolved path and, for an interpreter, its prefix
+    (``visible``), and nothing else of the machine but the system directories
+    is there; ``workdir`` is where it starts.
+
+    ``step_uid`` is the host uid the step runs as when the kernel is root
+    (never uid 0, never the kernel's own; ``kernel.external._step_uids``):
+    then bubblewrap builds the view with root's rights and ``setpriv`` drops
+    to that uid, with no capability and no way back, before anything of the
+    step runs. ``None`` (the kernel is an ordinary user): the step is uid 0
+    of a user namespace of its own, mapped to the kernel's uid.
+    ``seccomp_fd`` is a descriptor holding the compiled syscall filter
+    (``kernel.external._seccomp``), read once by bubblewrap; ``None`` runs
+    without one.
     """
 
     output: str = attrs.field(validator=_absolute)
@@ -122,24 +157,73 @@ class StepView:
     needed: tuple[str, ...] = attrs.field(validator=_all_absolute)
     workdir: str = attrs.field(validator=_absolute)
     limits: StepLimits = DEFAULT_STEP_LIMITS
+    step_uid: int | None = attrs.field(default=None, validator=_step_uid)
+    seccomp_fd: int | None = None
 
-    def rebound(self) -> tuple[str, ...]:
-        """The top-level entries under ``/tmp`` to bind back read-only, sorted.
+    def visible(self) -> tuple[str, ...]:
+        """Every path bound read-only into the step beyond the system, sorted, outermost only.
 
-        A needed path under ``/tmp`` (or the path a symlink there leads to)
-        brings back its first component: enough for an interpreter to find
-        its ``pyvenv.cfg`` beside its ``bin/``, and only read-only.
+        Each needed path as written and as resolved; for an executable in a
+        ``bin/`` directory whose parent is an interpreter's prefix (a
+        ``pyvenv.cfg``, or a ``lib/pythonX.Y``), that prefix, and the prefix a
+        venv's ``pyvenv.cfg`` names as its ``home``: what an interpreter reads
+        besides its executable. A path inside another visible directory is
+        left out (the outer bind already shows it).
         """
         found: set[str] = set()
-        under = MASKED_ROOT + "/"
-        for path in (*self.needed, self.output, self.workdir):
-            # Both are absolute and normalised (the fields' validators; the kernel's
-            # answer): a prefix test is what ``os.path.relpath`` decided, without its
-            # abspath calls.
+        for path in self.needed:
             for candidate in (path, _resolved(path)):
-                if candidate.startswith(under):
-                    found.add(under + candidate[len(under):].split("/")[0])
-        return tuple(sorted(found))
+                found.add(candidate)
+                found.update(_interpreter_prefixes(candidate))
+        found.discard("/")
+        outermost: list[str] = []
+        for path in sorted(found):
+            if any(path == system or path.startswith(system + "/") for system in SYSTEM_DIRS):
+                continue  # shown already, read-only, as part of the system
+            if not any(path.startswith(kept + "/") for kept in outermost):
+                outermost.append(path)
+        return tuple(outermost)
+
+
+def _interpreter_prefixes(path: str) -> tuple[str, ...]:
+    """The prefix (and a venv's base prefix) of an interpreter at ``path``, if it is one."""
+    directory = os.path.dirname(path)
+    if os.path.basename(directory) != "bin":
+        return ()
+    prefix = os.path.dirname(directory)
+    if prefix in _SYSTEM_PREFIXES:
+        return ()
+    found: list[str] = []
+    config = os.path.join(prefix, "pyvenv.cfg")
+    if os.path.isfile(config):
+        found.append(prefix)
+        home = _venv_home(config)
+        if home is not None:
+            base = os.path.dirname(os.path.normpath(home))
+            found.extend(_resolved(p) for p in (base,) if _is_python_prefix(base))
+    elif _is_python_prefix(prefix):
+        found.append(prefix)
+    return tuple(p for p in found if os.path.isabs(p) and p not in _SYSTEM_PREFIXES)
+
+
+def _is_python_prefix(prefix: str) -> bool:
+    library = os.path.join(prefix, "lib")
+    try:
+        return any(name.startswith("python3") for name in os.listdir(library))
+    except OSError:
+        return False
+
+
+def _venv_home(config: str) -> str | None:
+    try:
+        with open(config, encoding="utf-8") as handle:
+            for line in handle:
+                key, sep, value = line.partition("=")
+                if sep and key.strip() == "home" and os.path.isabs(value.strip()):
+                    return value.strip()
+    except (OSError, UnicodeError):
+        return None
+    return None
 
 
 def _resolved(path: str) -> str:
@@ -181,8 +265,40 @@ def sandbox_tools() -> tuple[str, str, str] | None:
     return setpriv, prlimit, bwrap
 
 
+def _system_mounts() -> list[str]:
+    mounts: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            mounts += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            mounts += ["--ro-bind", path, path]
+    for path in ETC_ENTRIES:
+        if os.path.lexists(path):
+            mounts += ["--ro-bind-try", path, path]
+    return mounts
+
+
+def _ancestors(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """Every proper ancestor of ``paths`` the step's root does not have, parents first."""
+    made = {"/", MASKED_ROOT, "/dev", "/proc", *SYSTEM_DIRS}
+    found: set[str] = set()
+    for path in paths:
+        parent = os.path.dirname(path)
+        while parent not in made and parent not in found:
+            found.add(parent)
+            parent = os.path.dirname(parent)
+    return tuple(sorted(found))
+
+
 def sandbox_prefix(view: StepView) -> tuple[str, ...]:
-    """The argv prefix that runs a command inside ``view``; raises ``OSError`` without the tools."""
+    """The argv prefix that runs a command inside ``view``; raises ``OSError`` without the tools.
+
+    The root of the step is an empty tmpfs of bubblewrap's: only what is
+    bound there exists for the step (the system directories, a few files of
+    ``/etc``, ``/dev``, its own ``/proc`` with the host-wide knobs read-only,
+    a private ``/tmp`` and ``/dev/shm``, ``view.visible()`` read-only, its
+    output directory writable, its request read-only on top).
+    """
     tools = sandbox_tools()
     if tools is None:
         raise OSError("setpriv, prlimit or bwrap is not installed in /usr/bin or /bin")
@@ -196,24 +312,51 @@ def sandbox_prefix(view: StepView) -> tuple[str, ...]:
         f"--cpu={limits.cpu_seconds}",
         "--core=0",
     )
-    mounts: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    mounts += ["--size", str(limits.tmpfs_bytes), "--tmpfs", "/dev/shm"]
-    mounts += ["--size", str(limits.tmpfs_bytes), "--tmpfs", MASKED_ROOT]
-    for path in view.rebound():
+    mounts: list[str] = _system_mounts()
+    mounts += ["--dev", "/dev", "--proc", "/proc"]
+    for path in PROC_READ_ONLY:
+        mounts += ["--ro-bind-try", path, path]
+    mounts += ["--perms", "1777", "--size", str(limits.tmpfs_bytes), "--tmpfs", "/dev/shm"]
+    mounts += ["--perms", "1777", "--size", str(limits.tmpfs_bytes), "--tmpfs", MASKED_ROOT]
+    visible = view.visible()
+    # The directories leading to what is bound are made here, 0755: bubblewrap
+    # would copy a 0700 parent (a run root, /root, a pytest base), and the
+    # step's uid could not reach what it was given.
+    for path in _ancestors((*visible, view.output, *view.read_only)):
+        mounts += ["--perms", "0755", "--dir", path]
+    for path in visible:
         mounts += ["--ro-bind", path, path]
     mounts += ["--bind", view.output, view.output]
     for path in view.read_only:
         mounts += ["--ro-bind", path, path]
+    if view.seccomp_fd is not None:
+        mounts += ["--seccomp", str(view.seccomp_fd)]
+    common = (
+        "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+        "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+    )  # fmt: skip
+    if view.step_uid is None:
+        # An ordinary user: uid 0 of a user namespace of its own, no capability.
+        namespaces: tuple[str, ...] = (
+            "--unshare-user", *common, "--disable-userns", "--cap-drop", "ALL")
+        drop: tuple[str, ...] = ()
+    else:
+        # Root: bubblewrap mounts with root's rights, then setpriv (inside the
+        # view) becomes the step's own uid: every capability and the bounding set
+        # gone, no new privileges; uid-checked host knobs (/proc/sys, per-uid
+        # quotas, RLIMIT_NPROC, SO_PEERCRED) now see an ordinary user.
+        uid = str(view.step_uid)
+        namespaces = common
+        drop = (
+            setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+        )  # fmt: skip
     return (
         setpriv, "--pdeathsig", "KILL", "--",
         prlimit, *rlimits, "--",
-        bwrap,
-        "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-        "--unshare-uts", "--unshare-cgroup-try", "--disable-userns",
-        "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-        *mounts,
+        bwrap, *namespaces, *mounts,
         "--chdir", view.workdir,
-        "--",
+        "--", *drop,
     )  # fmt: skip
 
 

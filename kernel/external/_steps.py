@@ -59,8 +59,9 @@ from kernel.external._outcome import (
     summarize_process,
 )
 from kernel.external._pins import first_pin_failure
-from kernel.external._process import ProcessStatus, run_process
+from kernel.external._process import ProcessResult, ProcessStatus, run_process
 from kernel.external._receipt import ReceiptExpectation, reason_for, validate_receipt
+from kernel.external._reclaim import lend, reclaim
 from kernel.external._sandbox import StepView, sandbox_environment
 from kernel.external._settings import (
     REQUEST_SCHEMA_VERSION,
@@ -70,6 +71,7 @@ from kernel.external._settings import (
     Stage,
     expand_argv,
 )
+from kernel.external._step_uids import StepUidError, acquire_step_uid, step_uid_range
 from kernel.external.errors import RunDirectoryError
 from kernel.identity import JsonValue, sha256_hex
 from kernel.serde import dumps, unstructure
@@ -294,7 +296,8 @@ def step_view(role: Role, entry: CheckEntry, attempt: Attempt) -> StepView:
     else:
         output = attempt.role_dir(Role.CHECKER)
         read_only = (str(output / "request.json"),)
-    needed = (str(attempt.root), sys.executable, *(pin.path for pin in command.pins()))
+    needed = (str(attempt.root), sys.executable, sys.prefix, sys.base_prefix,
+              *(pin.path for pin in command.pins()))
     return StepView(
         output=str(output),
         read_only=read_only,
@@ -302,6 +305,39 @@ def step_view(role: Role, entry: CheckEntry, attempt: Attempt) -> StepView:
         workdir=str(attempt.snapshot),
         limits=entry.step_limits(),
     )
+
+
+def _held_view(
+    role: Role, entry: CheckEntry, attempt: Attempt, held: contextlib.ExitStack
+) -> StepView:
+    """The step's view with the parts held for the launch: its own uid (a root
+    kernel), its output lent to that uid. Raises ``Block`` where a part cannot be had."""
+    view = step_view(role, entry, attempt)
+    if os.geteuid() != 0:
+        return view
+    try:
+        slot = held.enter_context(
+            acquire_step_uid(step_uid_range(os.environ), os.getpid()))
+    except StepUidError as exc:
+        raise Block(Reason.CONTAINMENT_UNAVAILABLE,
+                    f"{role.value}: no step uid to run it as: {exc}") from exc
+    try:
+        lend(Path(view.output), slot.uid)
+    except OSError as exc:
+        raise Block(Reason.RUN_DIR_TAMPERED,
+                    f"{role.value}/: cannot hand the output to the step: {exc}") from exc
+    return attrs.evolve(view, step_uid=slot.uid)
+
+
+def _take_back_output(role: Role, view: StepView, result: ProcessResult) -> None:
+    # Every process of the step is gone (its PID namespace died with the
+    # launcher): what it left is the kernel's again, with run-store modes.
+    try:
+        reclaim(Path(view.output), view.step_uid)
+    except OSError as exc:
+        raise Block(Reason.RUN_DIR_TAMPERED,
+                    f"{role.value}: its output cannot be taken back: {exc}",
+                    summarize_process(result)) from exc
 
 
 def _sealed_command(
@@ -373,23 +409,26 @@ def launch(
     attempt.files.settle(attempt.role_dir(role) / "request.json")
     if attempt.pins is not attempt.files:
         attempt.pins.settle(attempt.role_dir(role) / "request.json")
-    view: StepView | None = None
-    if containment is ContainmentLevel.SANDBOX:
-        view = step_view(role, entry, attempt)
-        environment = sandbox_environment(environment)
-    result = run_process(
-        argv,
-        cwd=attempt.snapshot,
-        env=environment,
-        timeout_seconds=timeout_seconds,
-        cancel=cancel,
-        stdout_limit=limits.output_limit_bytes,
-        stderr_limit=limits.output_limit_bytes,
-        containment=containment,
-        executable_fd=executable.fd,
-        pass_fds=tuple(script.fd for script in scripts),
-        view=view,
-    )
+    with contextlib.ExitStack() as held:
+        view: StepView | None = None
+        if containment is ContainmentLevel.SANDBOX:
+            view = _held_view(role, entry, attempt, held)
+            environment = sandbox_environment(environment)
+        result = run_process(
+            argv,
+            cwd=attempt.snapshot,
+            env=environment,
+            timeout_seconds=timeout_seconds,
+            cancel=cancel,
+            stdout_limit=limits.output_limit_bytes,
+            stderr_limit=limits.output_limit_bytes,
+            containment=containment,
+            executable_fd=executable.fd,
+            pass_fds=tuple(script.fd for script in scripts),
+            view=view,
+        )
+        if view is not None:
+            _take_back_output(role, view, result)
     directory = attempt.role_dir(role)
     summary = summarize_process(result)
     if not is_real_directory(directory):

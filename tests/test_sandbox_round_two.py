@@ -1,0 +1,205 @@
+"""Sandbox round two (issue 34): a step is never host root and sees only what it was given.
+
+Each test is one finding of issue 34, tried as its attacker did: a real
+producer under ``run_check`` at the strongest level, whatever user runs the
+suite (CI runs it as root, which is where every one of these findings was
+seen). Each asserts the attack left nothing: no host setting changed, no
+secret under the run root, no setuid file or world-writable mode kept, no
+uid-wide quota taken from the kernel's user. The tests restore any host
+setting they touch and use a benign sysctl, never ``core_pattern``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel.external import RunOutcome, Status
+from tests.test_external_helpers import HONEST_PRODUCER, Scenario
+from tests.test_sandbox import WITNESS, witness
+
+pytestmark = pytest.mark.slow
+
+#: A benign, host-wide sysctl that only root may write (never core_pattern).
+SYSCTL = Path("/proc/sys/kernel/printk_ratelimit")
+
+
+def _producer(body: str) -> str:
+    return HONEST_PRODUCER + WITNESS + body + "report()\n"
+
+
+def _run(
+    tmp_path: Path, body: str, expect: Status = Status.PASS
+) -> tuple[Scenario, dict[str, str]]:
+    scenario = Scenario(tmp_path, producer=_producer(body),
+                        artifacts=("proof.txt", "witness.json"))
+    outcome = scenario.run()
+    assert outcome.status is expect, outcome.metadata.decision.detail
+    return scenario, witness(outcome)
+
+
+def test_no_host_wide_proc_knob_is_writable_from_a_step(tmp_path: Path) -> None:
+    # Finding 1: as root, 769 entries under /proc were writable and a producer
+    # changed kernel.printk_ratelimit on the host. The producer writes back the
+    # value it read, so the host is unchanged even if the write went through.
+    before = SYSCTL.read_bytes()
+    try:
+        _, seen = _run(tmp_path, (
+            "import os\n"
+            "writable = []\n"
+            "for top in ('/proc/sys', '/proc/sysrq-trigger', '/sys'):\n"
+            "    for folder, dirs, files in os.walk(top):\n"
+            "        for name in files:\n"
+            "            path = os.path.join(folder, name)\n"
+            "            if os.access(path, os.W_OK):\n"
+            "                writable.append(path)\n"
+            "    if os.path.isfile(top) and os.access(top, os.W_OK):\n"
+            "        writable.append(top)\n"
+            "WITNESS['writable'] = json.dumps(writable)\n"
+            f"value = open({str(SYSCTL)!r}, 'rb').read()\n"
+            f"attempt('sysctl', write_bytes({str(SYSCTL)!r}, value))\n"
+        ))
+    finally:
+        assert SYSCTL.read_bytes() == before  # restored if it ever changed
+    assert json.loads(seen["writable"]) == []
+    assert seen["sysctl"].startswith("refused"), seen["sysctl"]
+
+
+def test_a_setuid_copy_and_a_world_writable_evidence_directory_are_not_kept(
+    tmp_path: Path,
+) -> None:
+    # Finding 2: a producer copied /usr/bin/id into evidence/, made it 4755 and
+    # evidence/ 0777; both stayed on disk, owned by root.
+    scenario, seen = _run(tmp_path, (
+        "import shutil, stat\n"
+        "copy = os.path.join(evidence, 'id')\n"
+        "def plant():\n"
+        "    shutil.copyfile('/usr/bin/id', copy)\n"
+        "    os.chmod(copy, 0o6755)\n"
+        "    os.chmod(evidence, 0o777)\n"
+        "    os.mkdir(os.path.join(evidence, 'drop'))\n"
+        "    os.chmod(os.path.join(evidence, 'drop'), 0o1777)\n"
+        "attempt('plant', plant)\n"
+    ), expect=Status.BLOCKED)  # artifact_undeclared, as before
+    assert seen["plant"] == "written"  # the producer may do it inside; nothing is kept
+    kernel = (os.geteuid(), os.getegid())
+    for folder, dirs, files in os.walk(scenario.run_root):
+        for name in (folder, *(os.path.join(folder, n) for n in dirs + files)):
+            info = os.lstat(name)
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            assert not info.st_mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX), name
+            assert not info.st_mode & 0o022, (name, oct(info.st_mode))
+            assert (info.st_uid, info.st_gid) == kernel, name
+
+
+def _secret_places(tmp_path: Path) -> list[Path]:
+    tag = tmp_path.name
+    places = [tmp_path / "operator" / "id_test"]
+    for top in ("/root", "/home", "/run", "/var/tmp", "/srv"):
+        if os.path.isdir(top) and os.access(top, os.W_OK):
+            places.append(Path(top) / f".kernel-secret-{tag}")
+    return places
+
+
+def test_no_secret_outside_the_view_reaches_the_run_store(tmp_path: Path) -> None:
+    # Finding 4: the producer read a 0600 key under /root, /etc/shadow, other
+    # runs and the operator's repository, and copied them into its evidence and
+    # its stdout. A fake secret in each place must appear nowhere under the run root.
+    places = _secret_places(tmp_path)
+    marker = f"KERNEL-FAKE-SECRET-{os.getpid()}-{time.monotonic_ns()}"
+    other_run = tmp_path / "runs" / "earlier" / "evidence"
+    other_run.mkdir(parents=True)
+    places.append(other_run / "proof.txt")
+    try:
+        for place in places:
+            place.parent.mkdir(parents=True, exist_ok=True)
+            place.write_text(marker)
+            os.chmod(place, 0o600)
+        targets = [str(p) for p in places] + ["/etc/shadow", "/etc/gshadow"]
+        scenario, seen = _run(tmp_path, (
+            f"for path in {targets!r}:\n"
+            "    def steal(path=path):\n"
+            "        data = open(path, 'rb').read()\n"
+            "        sys.stdout.write(data.decode('latin-1'))\n"
+            "        open(os.path.join(evidence, 'loot'), 'ab').write(data)\n"
+            "    attempt(path, steal)\n"
+        ))
+        for target in targets:
+            assert seen[target].startswith("refused"), (target, seen[target])
+        for folder, _, files in os.walk(scenario.run_root):
+            for name in files:
+                path = Path(folder, name)
+                if path.parent == other_run:
+                    continue
+                assert marker.encode() not in path.read_bytes(), path
+    finally:
+        for place in places:
+            place.unlink(missing_ok=True)
+
+
+def test_a_step_takes_no_uid_wide_inotify_quota_from_the_kernel(tmp_path: Path) -> None:
+    # Finding 6: a producer held every inotify instance of uid 0 (128), and
+    # inotify_init failed with EMFILE in every root process outside.
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    body = (
+        "import ctypes, time\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"held = [fd for fd in (libc.inotify_init() for _ in range({limit} + 8)) if fd >= 0]\n"
+        "WITNESS['held'] = str(len(held))\n"
+        "open(os.path.join(evidence, 'holding'), 'w').close()\n"
+        "time.sleep(3)\n"
+        "os.remove(os.path.join(evidence, 'holding'))\n"
+    )
+    scenario = Scenario(tmp_path, producer=_producer(body),
+                        artifacts=("proof.txt", "witness.json"))
+    outcomes: list[RunOutcome] = []
+    runner = threading.Thread(target=lambda: outcomes.append(scenario.run()))
+    runner.start()
+    holding = scenario.run_root / "run-1" / "evidence" / "holding"
+    deadline = time.monotonic() + 30
+    while not holding.exists():
+        assert runner.is_alive() and time.monotonic() < deadline, "the producer never held"
+        time.sleep(0.02)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    error = ctypes.get_errno()
+    if fd >= 0:
+        os.close(fd)
+    runner.join(60)
+    assert fd >= 0, os.strerror(error)
+    assert [outcome.status for outcome in outcomes] == [Status.PASS]
+    assert int(witness(outcomes[0])["held"]) >= min(limit, 100)
+
+
+def test_the_process_limit_holds_for_a_root_kernel_too(tmp_path: Path) -> None:
+    # Finding 7: 600 forks succeeded against processes=256, since Linux does not
+    # enforce RLIMIT_NPROC for uid 0. A step's uid is never 0 now.
+    body = (
+        "import signal, time\n"
+        "children = []\n"
+        "for _ in range(600):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "    children.append(pid)\n"
+        "WITNESS['forked'] = str(len(children))\n"
+        "for pid in children:\n"
+        "    os.kill(pid, signal.SIGKILL)\n"
+        "for pid in children:\n"
+        "    os.waitpid(pid, 0)\n"
+    )
+    scenario, seen = _run(tmp_path, body)
+    assert int(seen["forked"]) < 256, seen
+    assert scenario.entry().step_limits().processes == 256
