@@ -181,7 +181,8 @@ def test_receipt_from_an_earlier_run_is_not_accepted_for_a_new_run(tmp_path: Pat
     first = scenario.run("run-1")
     assert first.status is Status.PASS
     old = Path(first.attempt_dir, "checker", "receipt.json")
-    custom = f"RAW = open({str(old)!r}, 'rb').read()"
+    # Its bytes go into the checker's source: another run is outside its view.
+    custom = f"RAW = {old.read_bytes()!r}"
     scenario.checker_script.write_text(
         scenario.checker_script.read_text().replace("RAW = None", f"RAW = None\n{custom}")
     )

@@ -10,6 +10,7 @@ the sealed copies its launches run (ADR 0009).
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import attrs
@@ -176,10 +177,14 @@ def fresh_attempt(parent: Path, attempt_id: str, pins: PinCache | None = None) -
         raise RunDirectoryError("invalid_run_id", exc.message) from exc
     require_utf8_path(os.path.abspath(parent), "run root")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        # A new run root is the kernel's alone (0700): other local users reach no
+        # attempt, and no step's uid any path leading to one (issue 34). An
+        # attempt never has group or world write, whatever the umask.
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         root = Path(os.path.realpath(parent)) / attempt_id
         require_utf8_path(root, "attempt directory")
-        root.mkdir()
+        root.mkdir(mode=0o755)
+        os.chmod(root, stat.S_IMODE(os.stat(root).st_mode) & ~0o022)
     except FileExistsError as exc:
         raise RunDirectoryError("run_dir_exists", f"{parent / attempt_id} already exists") from exc
     except OSError as exc:

@@ -65,6 +65,7 @@ import attrs
 from kernel.external._fingerprint import Fingerprint, fingerprint_of
 from kernel.external._reclaim import lend
 from kernel.external._sandbox import StepView, sandbox_prefix, sandbox_tools
+from kernel.external._seccomp import step_filter_bpf
 from kernel.external._step_uids import acquire_step_uid, step_uid_range
 
 __all__ = [
@@ -158,6 +159,11 @@ def _sandbox_works() -> bool:
             scratch = held.enter_context(
                 tempfile.TemporaryDirectory(prefix="kernel-sandbox-probe-"))
             view = StepView(output=scratch, read_only=(), needed=(), workdir=scratch)
+            program = os.memfd_create("kernel-probe-filter", os.MFD_CLOEXEC)
+            held.callback(os.close, program)
+            os.write(program, step_filter_bpf())
+            os.lseek(program, 0, os.SEEK_SET)
+            view = attrs.evolve(view, seccomp_fd=program)
             if os.geteuid() == 0:  # the chain a root kernel's steps run: under a uid of their own
                 slot = held.enter_context(acquire_step_uid(step_uid_range(os.environ)))
                 lend(Path(scratch), slot.uid)
@@ -170,8 +176,9 @@ def _sandbox_works() -> bool:
                 env={"PATH": "/usr/bin:/bin"},
                 timeout=_PROBE_TIMEOUT_SECONDS,
                 check=False,
+                pass_fds=(program,),
             )
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError):  # SeccompUnavailableError is an OSError
         return False
     return done.returncode == 0
 

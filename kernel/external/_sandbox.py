@@ -322,13 +322,27 @@ def sandbox_prefix(view: StepView) -> tuple[str, ...]:
     # The directories leading to what is bound are made here, 0755: bubblewrap
     # would copy a 0700 parent (a run root, /root, a pytest base), and the
     # step's uid could not reach what it was given.
-    for path in _ancestors((*visible, view.output, *view.read_only)):
-        mounts += ["--perms", "0755", "--dir", path]
+    ancestors = _ancestors((*visible, view.output, *view.read_only))
+    # Under the private /tmp, whose every directory uid 0 of a user namespace
+    # would own, the path to what is bound sits in a tmpfs of its own per top
+    # directory, made read-only once the binds are in (below).
+    under_tmp = tuple(p for p in ancestors if os.path.dirname(p) == MASKED_ROOT)
+    for path in under_tmp:
+        mounts += ["--perms", "0755", "--size", "65536", "--tmpfs", path]
+    for path in ancestors:
+        if path not in under_tmp:
+            mounts += ["--perms", "0755", "--dir", path]
     for path in visible:
         mounts += ["--ro-bind", path, path]
     mounts += ["--bind", view.output, view.output]
     for path in view.read_only:
         mounts += ["--ro-bind", path, path]
+    # Last, the step's root itself (bubblewrap's tmpfs, with the directories
+    # made above) becomes read-only: uid 0 of a user namespace owns it, and it
+    # would otherwise be a place to write outside the output directory.
+    for path in under_tmp:
+        mounts += ["--remount-ro", path]
+    mounts += ["--remount-ro", "/"]
     if view.seccomp_fd is not None:
         mounts += ["--seccomp", str(view.seccomp_fd)]
     common = (

@@ -63,6 +63,7 @@ from kernel.external._process import ProcessResult, ProcessStatus, run_process
 from kernel.external._receipt import ReceiptExpectation, reason_for, validate_receipt
 from kernel.external._reclaim import lend, reclaim
 from kernel.external._sandbox import StepView, sandbox_environment
+from kernel.external._seccomp import SeccompUnavailableError, step_filter_bpf
 from kernel.external._settings import (
     REQUEST_SCHEMA_VERSION,
     Progress,
@@ -312,7 +313,8 @@ def _held_view(
 ) -> StepView:
     """The step's view with the parts held for the launch: its own uid (a root
     kernel), its output lent to that uid. Raises ``Block`` where a part cannot be had."""
-    view = step_view(role, entry, attempt)
+    view = attrs.evolve(step_view(role, entry, attempt),
+                        seccomp_fd=_filter_descriptor(role, held))
     if os.geteuid() != 0:
         return view
     try:
@@ -329,13 +331,30 @@ def _held_view(
     return attrs.evolve(view, step_uid=slot.uid)
 
 
+def _filter_descriptor(role: Role, held: contextlib.ExitStack) -> int:
+    """A fresh descriptor of the compiled syscall filter, at offset 0 (bubblewrap reads
+    it to its end, so one launch never shares it with another)."""
+    try:
+        program = step_filter_bpf()
+    except SeccompUnavailableError as exc:
+        raise Block(Reason.CONTAINMENT_UNAVAILABLE,
+                    f"{role.value}: no syscall filter: {exc}") from exc
+    fd = os.memfd_create("kernel-step-filter", os.MFD_CLOEXEC)
+    held.callback(os.close, fd)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _take_back_output(role: Role, view: StepView, result: ProcessResult) -> None:
     # Every process of the step is gone (its PID namespace died with the
     # launcher): what it left is the kernel's again, with run-store modes.
     try:
         reclaim(Path(view.output), view.step_uid)
     except OSError as exc:
-        raise Block(Reason.RUN_DIR_TAMPERED,
+        # An I/O failure like any other (a path past PATH_MAX, say): the entries
+        # not reached keep the step's uid, never root's (THREAT_MODEL.md).
+        raise Block(Reason.IO_ERROR,
                     f"{role.value}: its output cannot be taken back: {exc}",
                     summarize_process(result)) from exc
 
@@ -424,7 +443,8 @@ def launch(
             stderr_limit=limits.output_limit_bytes,
             containment=containment,
             executable_fd=executable.fd,
-            pass_fds=tuple(script.fd for script in scripts),
+            pass_fds=(*(script.fd for script in scripts),
+                      *(() if view is None or view.seccomp_fd is None else (view.seccomp_fd,))),
             view=view,
         )
         if view is not None:
