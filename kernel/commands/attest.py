@@ -88,11 +88,6 @@ Exit codes: 0 created; 2 a file exists or cannot be written, or the
 Example: kernel attest-keygen keys/attest.pem keys/attest.pub"""
 
 
-# kernel run's own default (kernel/commands/run.py): the summary's verdict is
-# the exit code kernel run gives the same outcomes.
-RUN_FAIL_ON_DEFAULT: tuple[FailOn, ...] = (FailOn.UNAVAILABLE,)
-
-
 def _passes(lines: Sequence[bytes], classes: frozenset[FailOn]) -> bool:
     """Whether the re-derived outcome lines pass under ``classes`` (exit 0 of kernel run)."""
     tally = Tally(classes)
@@ -179,7 +174,9 @@ def register(app: typer.Typer) -> None:
                  f"verification summary goes beside it ({SUMMARY_FILE}).")] = None,
         fail_on: FailOnOption = None,
     ) -> None:
-        classes = fail_on_classes(fail_on, RUN_FAIL_ON_DEFAULT)
+        # The one default kernel run takes too (fail_on_classes' own): the summary
+        # says PASSED only where kernel run --fail-on the same would exit 0.
+        classes = fail_on_classes(fail_on)
         refuse_stdio(RUN_DIR=run_dir, key=key, outcomes=outcomes, out=out)
         if out is not None and out.is_symlink():
             # Followed, as every output is (ADR 0013); the summary goes beside
