@@ -126,7 +126,7 @@ def test_the_summary_is_a_valid_vsa_verified_by_the_in_toto_library(
              "sha256": hashlib.sha256((work_dir / name / "manifest.json").read_bytes()).hexdigest()}
             for name in manifests
         ],
-        "fail_on": ["integrity", "unavailable"],
+        "fail_on": ["integrity", "unclassified"],
     }
     recomputed = hashlib.sha256(canonical(policy)).hexdigest()
     assert predicate["policy"]["digest"] == {"sha256": recomputed}
