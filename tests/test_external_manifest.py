@@ -35,7 +35,8 @@ def test_public_api_is_exact_and_alphabetical() -> None:
     assert external.__all__ == [
         "Cancellation", "CheckEntry", "CheckIdentity", "CheckedDigests", "Claim", "ClosureError",
         "Command", "ContainmentLevel", "DEFAULT_STEP_LIMITS", "Decision", "Execution",
-        "ExternalError", "FileDigest", "Job", "JobError", "Manifest", "ManifestError",
+        "ExternalError", "FileDigest", "Job", "JobError", "MAX_DEADLINE_SECONDS", "Manifest",
+        "ManifestError",
         "PASS_DETAIL", "PLACEHOLDERS", "Pin", "PinCache", "PinClosure", "PinMismatchError",
         "ProcessResult", "ProcessStatus", "ProcessSummary",
         "RECEIPT_FIELDS", "Reason", "ReceiptCheck", "ReceiptExpectation",

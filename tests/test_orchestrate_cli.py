@@ -131,14 +131,29 @@ def test_a_work_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
     _refused(result.stderr, "work_dir_not_directory")
 
 
-@pytest.mark.parametrize("deadline", ["0", "-1"])
-def test_a_deadline_that_is_not_positive_is_refused(tmp_path: Path, deadline: str) -> None:
+# inf and 1e9 were taken, then every certification failed with an OverflowError
+# note (issue 35, finding 4); each is refused before anything is written.
+@pytest.mark.parametrize("deadline", ["0", "-1", "nan", "inf", "1e9", "604800.5"])
+def test_a_deadline_that_is_not_positive_or_past_seven_days_is_refused(
+    tmp_path: Path, deadline: str
+) -> None:
     result = runner.invoke(
         app,
         ["run", str(E2E_BUNDLE), "--work-dir", str(tmp_path / "w"), "--deadline", deadline],
     )
     assert result.exit_code == 2
     _refused(result.stderr, "invalid_deadline")
+    assert "at most 604800 seconds" in result.stderr
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), 1e9, float("nan"), 0.0])
+def test_run_limits_refuse_a_deadline_the_wait_cannot_hold(seconds: float) -> None:
+    from kernel.external import MAX_DEADLINE_SECONDS, RunLimits
+
+    with pytest.raises(ValueError, match="at most 604800 seconds"):
+        RunLimits(seconds, 1.0)
+    assert RunLimits(MAX_DEADLINE_SECONDS, 1.0).producer_timeout_seconds == 604800
 
 
 def test_a_work_directory_that_cannot_be_created_is_refused(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ from kernel.commands._sharded import (
 )
 from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
 from kernel.commands._verdict import EXIT_INTEGRITY
-from kernel.external import RunLimits, default_environment
+from kernel.external import MAX_DEADLINE_SECONDS, RunLimits, default_environment
 from kernel.orchestrate import (
     CERTIFIED_BY,
     RUN_ID,
@@ -503,7 +503,8 @@ def register(app: typer.Typer) -> None:
             "--resume", help="Continue an interrupted work directory of this bundle.")] = False,
         deadline: Annotated[float, typer.Option(
             "--deadline", metavar="SECONDS",
-            help="Deadline for each producer and each checker run.")] = 60.0,
+            help="Deadline for each producer and each checker run, in seconds: more than 0, "
+                 "at most 604800 (7 days).")] = 60.0,
         executor: Annotated[str, typer.Option(
             "--executor", metavar=f"[{EXECUTOR_NAMES}]",
             help="Where certifications run: inline (this process, one after the other), "
@@ -536,8 +537,9 @@ def register(app: typer.Typer) -> None:
         _check_utf8_work_dir(work_dir)
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on)
-        if not deadline > 0:
-            refuse("invalid_deadline", f"--deadline must be positive, got {deadline}")
+        if not 0 < deadline <= MAX_DEADLINE_SECONDS:
+            refuse("invalid_deadline", f"--deadline must be positive and at most "
+                   f"{MAX_DEADLINE_SECONDS} seconds (7 days), got {deadline}")
         spec = executor_spec(executor, workers, scheduler, connect_timeout)
         refuse_output_is_input(out, bundle_path, work_dir / OUTCOMES_FILE)
         copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)

@@ -61,6 +61,7 @@ from kernel.external._replay import read_run_metadata, replay_run
 from kernel.external._run import run_check
 from kernel.external._sandbox import DEFAULT_STEP_LIMITS, StepLimits, StepView
 from kernel.external._settings import (
+    MAX_DEADLINE_SECONDS,
     RunLimits,
     Stage,
     default_environment,
@@ -91,6 +92,7 @@ __all__ = [
     "FileDigest",
     "Job",
     "JobError",
+    "MAX_DEADLINE_SECONDS",
     "Manifest",
     "ManifestError",
     "PASS_DETAIL",

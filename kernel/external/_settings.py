@@ -18,6 +18,7 @@ from kernel.external._manifest import PLACEHOLDERS
 __all__ = [
     "DEFAULT_ARTIFACT_LIMIT_BYTES",
     "DEFAULT_EVIDENCE_LIMIT_BYTES",
+    "MAX_DEADLINE_SECONDS",
     "REQUEST_SCHEMA_VERSION",
     "Progress",
     "Role",
@@ -33,9 +34,17 @@ DEFAULT_EVIDENCE_LIMIT_BYTES: Final = 1024 * 1024 * 1024
 _PLACEHOLDER: Final = re.compile(r"\{\{([a-z_]+)\}\}")
 
 
+#: The longest deadline a step may have: 7 days. Beyond it the clocks the wait
+#: uses overflow (``--deadline inf`` or ``1e9`` failed every certification
+#: with an OverflowError, issue 35 finding 4); a step that needs longer is not
+#: one a verification kernel should wait on.
+MAX_DEADLINE_SECONDS: Final = 7 * 24 * 3600
+
+
 def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{attribute.name} must be positive")
+    if not 0 < value <= MAX_DEADLINE_SECONDS:
+        raise ValueError(f"{attribute.name} must be positive and at most "
+                         f"{MAX_DEADLINE_SECONDS} seconds (7 days), got {value}")
 
 
 def _positive_bytes(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
