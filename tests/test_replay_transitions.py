@@ -412,9 +412,13 @@ def machine_with(transitions: Transitions) -> type[TransitionMachine]:
 def test_a_known_bad_machine_is_caught(broken: str) -> None:
     machine = machine_with(BROKEN[broken])
     # Generation only (no shrinking) keeps this quick; one failure suffices.
+    # Derandomized, with no example database: a random search of 300 examples
+    # missed contract_replay_ignoring_refusal once in a full run (issue 35,
+    # item 11); a fixed search either always catches the machine or never.
     with pytest.raises(AssertionError):
         run_state_machine_as_test(
             machine,
             settings=settings(STATEFUL, max_examples=300, print_blob=False,
-                              phases=[Phase.generate], report_multiple_bugs=False),
+                              phases=[Phase.generate], report_multiple_bugs=False,
+                              derandomize=True, database=None),
         )  # fmt: skip
