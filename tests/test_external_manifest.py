@@ -47,7 +47,7 @@ def test_public_api_is_exact_and_alphabetical() -> None:
         "load_manifest", "parse_manifest", "pin_closure", "process_pin_cache", "read_job",
         "read_run_metadata",
         "reason_for", "recorded_expectation", "replay_run",
-        "run_check", "run_process", "seal_job", "validate_receipt",
+        "run_check", "run_process", "sandbox_shortfall", "seal_job", "validate_receipt",
     ]  # fmt: skip
     for name in external.__all__:
         assert hasattr(external, name)

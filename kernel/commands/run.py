@@ -79,7 +79,13 @@ from kernel.commands._sharded import (
 )
 from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
 from kernel.commands._verdict import EXIT_INTEGRITY
-from kernel.external import MAX_DEADLINE_SECONDS, RunLimits, default_environment
+from kernel.external import (
+    MAX_DEADLINE_SECONDS,
+    ContainmentLevel,
+    RunLimits,
+    default_environment,
+    sandbox_shortfall,
+)
 from kernel.orchestrate import (
     CERTIFIED_BY,
     RUN_ID,
@@ -566,6 +572,13 @@ def register(app: typer.Typer) -> None:
             entry = certification_entry(discover_tools(Path(sys.executable)))
         except CertifierSetupError as exc:
             refuse("certifier_unavailable", exc.message)
+        if entry.required_containment is ContainmentLevel.SANDBOX:
+            # Every certification would end BLOCKED containment_unavailable: say
+            # so once, before anything runs, with what to install.
+            shortfall = sandbox_shortfall()
+            if shortfall is not None:
+                refuse("sandbox_unavailable", f"certification runs every step in a "
+                       f"sandbox: {shortfall}")
         root = work_dir.absolute()
         logger = logging.getLogger("kernel.orchestrate")
         # --quiet still needs a handler, or logging's last resort prints the notes.

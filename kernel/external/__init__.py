@@ -13,7 +13,7 @@ and ``kernel.serde``; nothing pure imports it.
 """
 
 from kernel.external._closure import ClosureError, PinClosure, pin_closure
-from kernel.external._contain import ContainmentLevel, available_level
+from kernel.external._contain import ContainmentLevel, available_level, sandbox_shortfall
 from kernel.external._identity import (
     CheckIdentity,
     check_identity,
@@ -140,6 +140,7 @@ __all__ = [
     "replay_run",
     "run_check",
     "run_process",
+    "sandbox_shortfall",
     "seal_job",
     "validate_receipt",
 ]

@@ -76,6 +76,7 @@ __all__ = [
     "available_level",
     "close_sealed",
     "launcher_argv",
+    "sandbox_shortfall",
     "seal_copy",
 ]
 
@@ -185,6 +186,32 @@ def _sandbox_works() -> bool:
 
 def _subreaper_works() -> bool:
     return sys.platform == "linux" and hasattr(os, "memfd_create")
+
+
+def sandbox_shortfall() -> str | None:
+    """Why the ``sandbox`` level cannot be had here, with what to install; None if it can.
+
+    For a command to refuse before its first attempt (issue 35, finding 5),
+    not BLOCKED attempt by attempt.
+    """
+    if _sandbox_works():
+        return None
+    missing = [name for name in ("bwrap", "setpriv", "prlimit") if _tool(name) is None]
+    if "bwrap" in missing:
+        return ("bubblewrap is not installed in /usr/bin or /bin: install it "
+                "(Debian and Ubuntu: apt-get install bubblewrap)")
+    if missing:
+        return (f"{', '.join(missing)} not found in /usr/bin or /bin: install util-linux "
+                "(Debian and Ubuntu: apt-get install util-linux)")
+    try:
+        step_filter_bpf()
+    except OSError as exc:
+        return (f"the syscall filter cannot be built ({exc}): install libseccomp "
+                "(Debian and Ubuntu: apt-get install libseccomp2)")
+    return ("bubblewrap is installed but cannot start a sandbox here: an ordinary user "
+            "needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+            "user.max_user_namespaces > 0); a root kernel needs /run writable for its "
+            "step uids")
 
 
 def available_level(max_level: ContainmentLevel | None = None) -> ContainmentLevel | None:
