@@ -312,3 +312,70 @@ def test_a_step_neither_reads_nor_changes_the_kernel_s_session_keyring(
         assert _session_keys() == before
     finally:
         _LIBC.syscall(_KEYCTL, _KEYCTL_UNLINK, planted, _SESSION_KEYRING)
+
+
+# From inside a step: every mount and whether it is writable, what the root and
+# /etc hold, and every filesystem socket it can find and connect to.
+_CENSUS = """
+import socket, stat
+mounts = []
+for line in open('/proc/self/mountinfo'):
+    fields = line.split()
+    options = fields[5].split(',')
+    mounts.append([fields[4], 'rw' in options])
+connectable = []
+for top, dirs, files in os.walk('/'):
+    if top in ('/proc', '/sys', '/dev'):
+        dirs[:] = []
+        continue
+    for name in files:
+        path = os.path.join(top, name)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISSOCK(mode):
+            try:
+                client = socket.socket(socket.AF_UNIX)
+                client.connect(path)
+                connectable.append(path)
+            except OSError as exc:
+                WITNESS['socket ' + path] = 'refused: ' + (exc.strerror or str(exc))
+WITNESS['census'] = json.dumps({
+    'mounts': mounts, 'root': sorted(os.listdir('/')), 'etc': sorted(os.listdir('/etc')),
+    'connectable': connectable, 'abstract': open('/proc/net/unix').read().count('@'),
+})
+"""
+
+
+def test_a_census_from_inside_a_step_finds_nothing_writable_readable_or_connectable_beyond_its_view(
+    tmp_path: Path,
+) -> None:
+    # Issue 34, deliverable 7: from inside the step, every path it can write,
+    # every path it can read outside its view and every socket it can reach.
+    from kernel.external._sandbox import ETC_ENTRIES, SYSTEM_DIRS
+
+    scenario, seen = _run(tmp_path, _CENSUS)
+    census = json.loads(seen["census"])
+    evidence = str(scenario.run_root / "run-1" / "evidence")
+    # Writable and the step's own: its output, its private tmpfs, its /proc, and
+    # bubblewrap's device nodes (bound one by one; writing one stores nothing,
+    # and /dev/tty is no terminal: the step leads a new session).
+    devices = {f"/dev/{name}" for name in ("full", "null", "random", "tty", "urandom", "zero")}
+    private = {"/tmp", "/dev/shm", "/proc", "/dev/pts", "/dev/mqueue", evidence, *devices}
+    writable = sorted(point for point, rw in census["mounts"] if rw and point not in private)
+    assert writable == [], writable
+    # The root holds the system, /etc, /dev, /proc, /tmp and the first component of
+    # what the step was given (its attempt, its pins, its interpreter) only.
+    given = {str(scenario.run_root), sys.executable, sys.prefix, sys.base_prefix,
+             str(scenario.producer_script), str(scenario.checker_script)}
+    expected_root = {p.strip("/").split("/")[0] for p in (*SYSTEM_DIRS, "/etc", "/dev", "/proc",
+                                                         "/tmp")}
+    expected_root |= {os.path.realpath(p).strip("/").split("/")[0] for p in given}
+    expected_root |= {p.strip("/").split("/")[0] for p in given}
+    assert set(census["root"]) <= expected_root, set(census["root"]) - expected_root
+    assert "root" not in census["root"] or os.path.realpath(sys.base_prefix).startswith("/root/")
+    assert {"home", "run", "var", "srv", "opt", "mnt"}.isdisjoint(census["root"]), census["root"]
+    assert set(census["etc"]) <= {os.path.basename(p) for p in ETC_ENTRIES}, census["etc"]
+    assert "shadow" not in census["etc"]
+    assert census["connectable"] == [] and census["abstract"] == 0, census

@@ -272,6 +272,9 @@ def _system_mounts() -> list[str]:
             mounts += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             mounts += ["--ro-bind", path, path]
+    # Made here, 0755: a parent bubblewrap makes for a bind is 0700, which the
+    # step's own uid could not list nor search (the loader's cache included).
+    mounts += ["--perms", "0755", "--dir", "/etc"]
     for path in ETC_ENTRIES:
         if os.path.lexists(path):
             mounts += ["--ro-bind-try", path, path]
@@ -338,11 +341,12 @@ def sandbox_prefix(view: StepView) -> tuple[str, ...]:
     for path in view.read_only:
         mounts += ["--ro-bind", path, path]
     # Last, the step's root itself (bubblewrap's tmpfs, with the directories
-    # made above) becomes read-only: uid 0 of a user namespace owns it, and it
-    # would otherwise be a place to write outside the output directory.
+    # made above) and its /dev (a tmpfs too) become read-only: uid 0 of a user
+    # namespace owns them, and they would otherwise be places to write outside
+    # the output directory. Device nodes stay usable; /dev/shm is its own mount.
     for path in under_tmp:
         mounts += ["--remount-ro", path]
-    mounts += ["--remount-ro", "/"]
+    mounts += ["--remount-ro", "/dev", "--remount-ro", "/"]
     if view.seccomp_fd is not None:
         mounts += ["--seccomp", str(view.seccomp_fd)]
     common = (
