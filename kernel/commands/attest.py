@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
             help="Re-derive every outcome from this bundle (yours) instead of the work "
                  "directory's copy.")] = None,
         out: Annotated[Path | None, typer.Option(
-            "--out", metavar="FILE",
+            "-o", "--out", metavar="FILE",
             help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}); the "
                  f"verification summary goes beside it ({SUMMARY_FILE}).")] = None,
         fail_on: FailOnOption = None,
@@ -178,6 +178,9 @@ def register(app: typer.Typer) -> None:
         # says PASSED only where kernel run --fail-on the same would exit 0.
         classes = fail_on_classes(fail_on)
         refuse_stdio(RUN_DIR=run_dir, key=key, outcomes=outcomes, out=out)
+        if not run_dir.is_dir():  # audit's own words for it (issue 35, finding 10)
+            what = "no such directory" if not run_dir.exists() else "not a directory"
+            refuse("not_a_directory", f"{run_dir}: {what}")
         if out is not None and out.is_symlink():
             # Followed, as every output is (ADR 0013); the summary goes beside
             # the envelope itself, where `kernel audit --attestation` finds it.
