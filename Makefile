@@ -180,6 +180,12 @@ SCALE_WORKERS ?= 2
 scale-sharded: $(STAMP)  ## kernel bundle + kernel replay --workers SCALE_WORKERS on SCALE_SHARDED_SIZES attempts
 	$(BIN)/python -m bench._stream --workers $(SCALE_WORKERS) $(SCALE_SHARDED_SIZES)
 
+# What each part of a step's sandbox adds per step (issue 34): the allow-list
+# view, the syscall filter and, as root, the step uid, against the old view.
+.PHONY: bench-sandbox
+bench-sandbox: $(STAMP) sandbox-tools  ## per-step cost of the sandbox's parts, interleaved rounds (~10 s)
+	$(BIN)/python -m bench._sandbox_parts --rounds 40
+
 # Per-shard overhead: kernel replay --workers 1 at several shard sizes against serial.
 .PHONY: bench-shards
 bench-shards: $(STAMP)  ## per-shard overhead of sharded replay by shard size (10,000 attempts)
