@@ -154,10 +154,33 @@ def test_resume_refuses_a_work_directory_of_another_run(tmp_path: Path) -> None:
 
 def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     bundle = _closing_bundle(tmp_path)
-    result = runner.invoke(app, ["run", str(bundle), "--work-dir", str(tmp_path / "none"),
-                                 "--resume"])
+    work = tmp_path / "other"
+    work.mkdir()
+    (work / "notes.txt").write_text("not a run\n")
+    result = runner.invoke(app, ["run", str(bundle), "--work-dir", str(work), "--resume"])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: resume_not_a_run: ")
+
+
+@pytest.mark.parametrize("state", ["absent", "empty"])
+def test_resume_of_a_work_directory_that_holds_nothing_starts_fresh_and_says_so(
+    tmp_path: Path, state: str
+) -> None:
+    # Issue 35, finding 7: a SIGINT at 0.4 s gave 130 before the work directory
+    # existed, and the --resume a wrapper then tried failed as resume_not_a_run.
+    bundle = _closing_bundle(tmp_path)
+    work = tmp_path / "work"
+    if state == "empty":
+        work.mkdir()
+    fresh = runner.invoke(app, ["run", str(bundle), "--work-dir", str(tmp_path / "fresh"),
+                                "-o", str(tmp_path / "fresh.jsonl")])
+    result = runner.invoke(app, ["run", str(bundle), "--work-dir", str(work), "--resume",
+                                 "-o", str(tmp_path / "resumed.jsonl")])
+    assert result.exit_code == fresh.exit_code, result.stderr
+    assert f"note: --resume: {work} holds no run yet (absent or empty); starting fresh" in (
+        result.stderr)
+    assert (tmp_path / "resumed.jsonl").read_bytes() == (tmp_path / "fresh.jsonl").read_bytes()
+    assert (work / "run-state.json").is_file()
 
 
 # --- a work directory forged with the kernel's own library (issue 18, finding 6) ------

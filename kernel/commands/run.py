@@ -278,6 +278,18 @@ def _check_fresh_work_dir(work_dir: Path) -> None:
         refuse("work_dir_unreadable", f"{work_dir}: {exc.strerror or exc}")
 
 
+def _holds_nothing(work_dir: Path) -> bool:
+    """An absent work directory, or an empty plain one: nothing of a run to resume."""
+    if work_dir.is_symlink():
+        return False
+    if not work_dir.exists():
+        return True
+    try:
+        return work_dir.is_dir() and not any(work_dir.iterdir())
+    except OSError:
+        return False
+
+
 def _create_work_dir(root: Path, state: bytes) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -560,6 +572,13 @@ def register(app: typer.Typer) -> None:
         recorded: list[bytes] = []
         prefix: list[Attempt] = []
         manifest = certified_manifest()
+        if resume and _holds_nothing(work_dir):
+            # Interrupted before the work directory held anything (issue 35,
+            # finding 7): a wrapper that retries with --resume after 130 starts fresh.
+            if not quiet:
+                typer.echo(f"note: --resume: {work_dir} holds no run yet (absent or empty); "
+                           "starting fresh", err=True)
+            resume = False
         if resume:
             recorded = _recorded_outcomes(work_dir, identity, total)
             # Read past the recorded attempts, but never take their outcomes on trust.
