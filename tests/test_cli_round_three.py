@@ -37,3 +37,56 @@ def test_attest_takes_o_as_every_writing_command_does() -> None:
     done = kernel("attest", "--help")
     assert done.returncode == 0
     assert "-o, --out" in done.stdout or "-o FILE, --out FILE" in done.stdout, done.stdout
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _at_a_terminal(argv: list[str]) -> tuple[int, str]:
+    """Run the kernel with stdout and stderr on a real pty; what the terminal received."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.cli import KERNEL_MAIN
+
+    main, child = os.openpty()
+    process = subprocess.Popen([sys.executable, "-c", KERNEL_MAIN, *argv], stdin=child,
+                               stdout=child, stderr=child, close_fds=True)
+    os.close(child)
+    received = bytearray()
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the other end is closed
+            break
+        if not chunk:
+            break
+        received += chunk
+    os.close(main)
+    return process.wait(60), received.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("command", ["replay", "bundle"])
+def test_at_a_terminal_the_progress_bar_is_cleared_before_the_verdict_line(
+    tmp_path: Path, command: str
+) -> None:
+    # Issue 35, finding 6: kernel replay under a pty ended with the verdict glued
+    # onto the last frame of the bar ("0/8 attempts 0:00:00 -:--:--verdict: ...").
+    if command == "replay":
+        argv = ["replay", str(ROOT / "examples" / "replay" / "bundle.json"),
+                "-o", str(tmp_path / "out.jsonl")]
+    else:
+        argv = ["bundle", str(ROOT / "examples" / "drafts" / "marbles.json"),
+                "--manifest", "builtin.v1", "-o", str(tmp_path / "bundle.json")]
+    code, screen = _at_a_terminal(argv)
+    assert code in (0, 3), screen
+    lines = screen.replace("\r\n", "\n").split("\n")
+    verdicts = [line for line in lines if "verdict:" in line]
+    if command == "replay":
+        assert len(verdicts) == 1, screen
+        # Nothing of the bar before it on its line, and no frame drawn after it.
+        assert verdicts[0].startswith("verdict: "), repr(verdicts[0])
+        after = screen[screen.index("verdict: "):]
+        assert "attempts" not in after.split("\n", 1)[1].replace("attempts:", ""), repr(after)
+    assert "replaying" not in screen.split("verdict:")[-1], repr(screen[-400:])

@@ -238,8 +238,15 @@ class Emitter:
             self._task = self._bar.add_task("attempts", total=self.total)
         return self
 
+    def _stop_bar(self) -> None:
+        # Once: the bar is cleared before anything is printed below it (a verdict
+        # printed while it was live was glued onto its last frame at a terminal).
+        if self._bar is not None:
+            self._bar = None
+            self._bar_cm.__exit__(None, None, None)
+
     def __exit__(self, *exc: object) -> None:
-        self._bar_cm.__exit__(None, None, None)
+        self._stop_bar()
         if self._file is not None:
             self._file.discard()  # not committed: an error or an interrupt
 
@@ -283,6 +290,7 @@ class Emitter:
 
     def finish(self) -> int:
         """Commit the outcome file, print the summary and verdict; the exit code."""
+        self._stop_bar()
         if self._file is not None:
             self._file.commit()
         sys.stdout.flush()
