@@ -90,3 +90,27 @@ def test_at_a_terminal_the_progress_bar_is_cleared_before_the_verdict_line(
         after = screen[screen.index("verdict: "):]
         assert "attempts" not in after.split("\n", 1)[1].replace("attempts:", ""), repr(after)
     assert "replaying" not in screen.split("verdict:")[-1], repr(screen[-400:])
+
+
+def test_a_flipped_explanation_byte_is_not_reported_as_the_same_id_twice(tmp_path: Path) -> None:
+    # Issue 35, finding 10: "recorded 3cedcf91..., recomputed 3cedcf91..." read as no
+    # difference. The explanation is outside the id (ADR-0229 §13.3); the
+    # re-derivation catches the flip, and the line says the id is not what differs.
+    bundle = tmp_path / "bundle.json"
+    assert kernel("bundle", ROOT / "examples" / "drafts" / "marbles.json", "--manifest",
+                  "builtin.v1", "-o", bundle).returncode == 0
+    work = tmp_path / "work"
+    ran = kernel("run", bundle, "--work-dir", work, "-o", tmp_path / "out.jsonl", "-q")
+    assert ran.returncode == 1, ran.stderr
+    log = work / "outcomes.jsonl"
+    data = log.read_bytes()
+    at = data.index(b"unsupported_proof_obligation: ") + 1
+    log.write_bytes(data[:at] + b"N" + data[at + 1:])  # 'u' 'n' -> 'u' 'N'
+    audit = kernel("audit", work)
+    assert audit.returncode == 3, audit.stdout + audit.stderr
+    mismatches = [line for line in audit.stdout.splitlines() if line.startswith("MISMATCH")]
+    assert mismatches, audit.stdout
+    for line in mismatches:
+        if "recorded " in line and ", recomputed " in line:
+            recorded = line.split("recorded ")[1].split(",")[0]
+            assert f"recomputed {recorded})" not in line, line

@@ -87,7 +87,11 @@ class OutputFormat(enum.Enum):
 def _print_text(report: AuditReport, attestation: list[str] | None) -> None:
     for f in report.findings:
         line = f"MISMATCH {f.code.value} {f.path} {f.subject}: {f.message}"
-        if f.recorded is not None or f.recomputed is not None:
+        if f.recorded is not None and f.recorded == f.recomputed:
+            # The same value on both sides (an id that binds fields other than
+            # the one that differs): saying it twice reads as no difference.
+            line += f" (both {f.recorded}: the records differ, not this value)"
+        elif f.recorded is not None or f.recomputed is not None:
             line += f" (recorded {f.recorded}, recomputed {f.recomputed})"
         typer.echo(line)
     if attestation is not None:
