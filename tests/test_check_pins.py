@@ -162,7 +162,7 @@ def test_malformed_elf_and_missing_paths_are_refused(tmp_path: Path) -> None:
     done = kernel("check", "pins", bad)
     assert done.returncode == 2 and done.stderr.startswith("error: elf_malformed: ")
     done = kernel("check", "pins", tmp_path / "absent")
-    assert done.returncode == 2 and done.stderr.startswith("error: not_a_file: ")
+    assert done.returncode == 2 and done.stderr.startswith("error: file_not_found: ")
     script = tmp_path / "orphan.sh"
     script.write_text("#!/nonexistent/interpreter\n")
     done = kernel("check", "pins", script)

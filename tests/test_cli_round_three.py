@@ -114,3 +114,15 @@ def test_a_flipped_explanation_byte_is_not_reported_as_the_same_id_twice(tmp_pat
         if "recorded " in line and ", recomputed " in line:
             recorded = line.split("recorded ")[1].split(",")[0]
             assert f"recomputed {recorded})" not in line, line
+
+
+def test_check_pins_of_a_missing_file_says_no_such_file(tmp_path: Path) -> None:
+    # Issue 35, finding 10: "check pins MISSING" said "not a regular file".
+    missing = tmp_path / "MISSING"
+    done = kernel("check", "pins", missing)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"error: file_not_found: {missing}: no such file\n"
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    done = kernel("check", "pins", directory)
+    assert done.stderr == f"error: not_a_file: {directory}: not a regular file\n"

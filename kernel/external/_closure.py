@@ -315,6 +315,8 @@ def pin_closure(
     ]  # fmt: skip
     named = [os.path.abspath(executable), *(os.path.abspath(d) for d in dependencies)]
     for path in named:
+        if not os.path.lexists(path):
+            raise ClosureError("file_not_found", f"{path}: no such file")
         if not os.path.isfile(path):
             raise ClosureError("not_a_file", f"{path}: not a regular file")
     closure: set[str] = set()
