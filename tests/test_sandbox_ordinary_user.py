@@ -5,7 +5,9 @@ The suite runs as root here, as CI does. This module runs the attacks of
 fresh pytest whose every process, the kernel included, is an ordinary uid
 (``tests.support.ordinary_user``): the same real producers, the same
 assertions, under the other kind of user. A test there that needs root
-(one that plants a secret under ``/root``) adapts itself; none is skipped.
+(one that plants a secret under ``/root``) adapts itself; the cgroup totals
+are skipped there, since these machines delegate no cgroup to an ordinary
+user (ADR 0021 says what holds instead).
 """
 
 from __future__ import annotations

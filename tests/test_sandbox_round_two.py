@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel.external import RunOutcome, Status
+from kernel.external import Reason, RunOutcome, Status
 from tests.test_external_helpers import HONEST_PRODUCER, Scenario
 from tests.test_sandbox import WITNESS, witness
 
@@ -379,3 +379,90 @@ def test_a_census_from_inside_a_step_finds_nothing_writable_readable_or_connecta
     assert set(census["etc"]) <= {os.path.basename(p) for p in ETC_ENTRIES}, census["etc"]
     assert "shadow" not in census["etc"]
     assert census["connectable"] == [] and census["abstract"] == 0, census
+
+
+def _limited(tmp_path: Path, body: str, **lowered: int) -> RunOutcome:
+    from kernel.external._step_cgroup import cgroup_available
+
+    if not cgroup_available():
+        # An ordinary user on a machine that delegates no cgroup to it (these
+        # machines mount v1 with no delegation): the totals are not given there,
+        # and the step keeps only its per-process rlimits (ADR 0021).
+        pytest.skip("no cgroup can be made for a step by this user here")
+    scenario = Scenario(tmp_path, producer=_producer(body),
+                        artifacts=("proof.txt", "witness.json"))
+    document = scenario.document()
+    limits = {
+        "memory_bytes": 1024**3, "processes": 256, "open_files": 256,
+        "file_size_bytes": 256 * 1024**2, "cpu_seconds": 600, "tmpfs_bytes": 64 * 1024**2,
+        "artifact_bytes": 256 * 1024**2, "evidence_bytes": 1024**3, **lowered,
+    }  # fmt: skip
+    document["checks"][0]["limits"] = limits
+    scenario.write_manifest(document)
+    return scenario.run()
+
+
+def test_memfds_beyond_the_memory_limit_stop_the_step_with_a_typed_reason(
+    tmp_path: Path,
+) -> None:
+    # Finding 7: memfds took 3 GiB of host memory while the producer's own
+    # VmSize showed 14 MB; the address-space limit never saw them. Here 512 MiB
+    # of memfds against memory_bytes = 128 MiB for the step as a whole.
+    body = (
+        "fds = []\n"
+        "for _ in range(64):\n"
+        "    fd = os.memfd_create('hoard')\n"
+        "    os.write(fd, b'x' * (8 * 1024 * 1024))\n"
+        "    fds.append(fd)\n"
+        "WITNESS['held'] = str(len(fds))\n"
+    )
+    outcome = _limited(tmp_path, body, memory_bytes=128 * 1024**2)
+    assert outcome.status is Status.BLOCKED
+    assert outcome.reason is Reason.MEMORY_LIMIT_REACHED, outcome.metadata.decision.detail
+    assert "memory_bytes=134217728" in outcome.metadata.decision.detail
+
+
+def test_children_each_under_the_limit_are_bounded_together(tmp_path: Path) -> None:
+    # Finding 7: five children of 800 MiB each allocated 4 GiB against a
+    # per-process limit. Four children of 48 MiB against 128 MiB in total.
+    body = (
+        "import signal, time\n"
+        "children = []\n"
+        "for _ in range(4):\n"
+        "    r, w = os.pipe()\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        block = bytearray(48 * 1024 * 1024)\n"
+        "        for i in range(0, len(block), 4096):\n"
+        "            block[i] = 1\n"
+        "        os.write(w, b'1')\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "    children.append(pid)\n"
+        "    os.close(w)\n"
+        "    os.read(r, 1)  # b'' if the child died allocating\n"
+        "time.sleep(0.5)\n"
+        "dead = [pid for pid in children if os.waitpid(pid, os.WNOHANG)[0]]\n"
+        "for pid in children:\n"
+        "    os.kill(pid, signal.SIGKILL)\n"
+        "if dead:  # the total held: some child was killed to keep it\n"
+        "    sys.exit(1)\n"
+    )
+    outcome = _limited(tmp_path, body, memory_bytes=128 * 1024**2)
+    assert outcome.status is Status.BLOCKED
+    assert outcome.reason is Reason.MEMORY_LIMIT_REACHED, outcome.metadata.decision.detail
+
+
+def test_forks_beyond_the_process_limit_stop_the_step_with_a_typed_reason(
+    tmp_path: Path,
+) -> None:
+    body = (
+        "import time\n"
+        "for _ in range(100):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+    )
+    outcome = _limited(tmp_path, body, processes=32)
+    assert outcome.status is Status.BLOCKED
+    assert outcome.reason is Reason.PROCESS_LIMIT_REACHED, outcome.metadata.decision.detail

@@ -346,6 +346,17 @@ def run(report, fd, argv):
         os.write(report, ("cannot execute %s: %s" % (argv[0], exc)).encode())
         os._exit(127)
 def chain(report, argv):
+    # The step's cgroup, joined before anything of the step runs: every process
+    # of it is born inside. The variable is the kernel's, never the step's.
+    procs = os.environ.pop("KERNEL_STEP_CGROUP_PROCS", "")
+    for path in procs.split("\n") if procs else ():
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+        except OSError as exc:
+            os.write(report, ("cannot join the step's cgroup %s: %s" % (path, exc)).encode())
+            os._exit(127)
     try:
         os.execv(argv[0], argv)
     except OSError as exc:

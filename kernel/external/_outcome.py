@@ -94,6 +94,8 @@ class Reason(enum.Enum):
     PRODUCER_FAILED = "producer_failed"
     CHECKER_TIMEOUT = "checker_timeout"
     CHECKER_FAILED = "checker_failed"
+    MEMORY_LIMIT_REACHED = "memory_limit_reached"
+    PROCESS_LIMIT_REACHED = "process_limit_reached"
     SNAPSHOT_CHANGED = "snapshot_changed"
     RUN_DIR_TAMPERED = "run_dir_tampered"
     # evidence

@@ -149,7 +149,10 @@ class StepView:
     of a user namespace of its own, mapped to the kernel's uid.
     ``seccomp_fd`` is a descriptor holding the compiled syscall filter
     (``kernel.external._seccomp``), read once by bubblewrap; ``None`` runs
-    without one.
+    without one. ``cgroup_procs`` are the ``cgroup.procs`` files of the
+    step's own cgroup (``kernel.external._step_cgroup``: its memory and
+    process count as a whole), which the kernel's launcher joins before the
+    step's chain starts; empty where no cgroup could be had.
     """
 
     output: str = attrs.field(validator=_absolute)
@@ -159,6 +162,7 @@ class StepView:
     limits: StepLimits = DEFAULT_STEP_LIMITS
     step_uid: int | None = attrs.field(default=None, validator=_step_uid)
     seccomp_fd: int | None = None
+    cgroup_procs: tuple[str, ...] = attrs.field(default=(), validator=_all_absolute)
 
     def visible(self) -> tuple[str, ...]:
         """Every path bound read-only into the step beyond the system, sorted, outermost only.

@@ -72,6 +72,12 @@ from kernel.external._settings import (
     Stage,
     expand_argv,
 )
+from kernel.external._step_cgroup import (
+    CgroupUnavailableError,
+    StepCgroup,
+    StopReason,
+    cgroup_available,
+)
 from kernel.external._step_uids import StepUidError, acquire_step_uid, step_uid_range
 from kernel.external.errors import RunDirectoryError
 from kernel.identity import JsonValue, sha256_hex
@@ -310,13 +316,23 @@ def step_view(role: Role, entry: CheckEntry, attempt: Attempt) -> StepView:
 
 def _held_view(
     role: Role, entry: CheckEntry, attempt: Attempt, held: contextlib.ExitStack
-) -> StepView:
-    """The step's view with the parts held for the launch: its own uid (a root
-    kernel), its output lent to that uid. Raises ``Block`` where a part cannot be had."""
+) -> tuple[StepView, StepCgroup | None]:
+    """The step's view with the parts held for the launch: its filter, its cgroup
+    (where one can be made), its own uid (a root kernel), its output lent to that
+    uid. Raises ``Block`` where a part that must be had cannot be."""
     view = attrs.evolve(step_view(role, entry, attempt),
                         seccomp_fd=_filter_descriptor(role, held))
+    cgroup = None
+    if cgroup_available():
+        limits = entry.step_limits()
+        try:
+            cgroup = held.enter_context(StepCgroup.create(limits.memory_bytes, limits.processes))
+        except CgroupUnavailableError as exc:
+            raise Block(Reason.CONTAINMENT_UNAVAILABLE,
+                        f"{role.value}: no cgroup for the step: {exc}") from exc
+        view = attrs.evolve(view, cgroup_procs=cgroup.procs_files())
     if os.geteuid() != 0:
-        return view
+        return view, cgroup
     try:
         slot = held.enter_context(
             acquire_step_uid(step_uid_range(os.environ), os.getpid()))
@@ -328,7 +344,7 @@ def _held_view(
     except OSError as exc:
         raise Block(Reason.RUN_DIR_TAMPERED,
                     f"{role.value}/: cannot hand the output to the step: {exc}") from exc
-    return attrs.evolve(view, step_uid=slot.uid)
+    return attrs.evolve(view, step_uid=slot.uid), cgroup
 
 
 def _filter_descriptor(role: Role, held: contextlib.ExitStack) -> int:
@@ -430,9 +446,13 @@ def launch(
         attempt.pins.settle(attempt.role_dir(role) / "request.json")
     with contextlib.ExitStack() as held:
         view: StepView | None = None
+        cgroup: StepCgroup | None = None
         if containment is ContainmentLevel.SANDBOX:
-            view = _held_view(role, entry, attempt, held)
+            view, cgroup = _held_view(role, entry, attempt, held)
             environment = sandbox_environment(environment)
+            if view.cgroup_procs:
+                environment = {**environment,
+                               "KERNEL_STEP_CGROUP_PROCS": "\n".join(view.cgroup_procs)}
         result = run_process(
             argv,
             cwd=attempt.snapshot,
@@ -449,6 +469,10 @@ def launch(
         )
         if view is not None:
             _take_back_output(role, view, result)
+        stopped = None
+        if cgroup is not None and (result.status is not ProcessStatus.EXITED
+                                   or result.returncode != 0):
+            stopped = cgroup.stop_reason()
     directory = attempt.role_dir(role)
     summary = summarize_process(result)
     if not is_real_directory(directory):
@@ -467,9 +491,27 @@ def launch(
                 f"{role.value}/{name} existed before the kernel wrote it",
                 summary,
             ) from exc
+    if stopped is not None:
+        # A total of the step's cgroup stopped it: that, not "exited with 1".
+        reason, what = _STOPPED[stopped]
+        raise Block(reason, f"{role.value} {result.detail}: it reached its {what} limit "
+                    f"({_limit_of(entry, stopped)} for the step as a whole)", summary)
     if result.status is not ProcessStatus.EXITED or result.returncode != 0:
         raise Block(_reason_for(role, result.status), f"{role.value} {result.detail}", summary)
     return summary
+
+
+_STOPPED = {
+    StopReason.MEMORY: (Reason.MEMORY_LIMIT_REACHED, "memory"),
+    StopReason.PROCESSES: (Reason.PROCESS_LIMIT_REACHED, "process"),
+}
+
+
+def _limit_of(entry: CheckEntry, stopped: StopReason) -> str:
+    limits = entry.step_limits()
+    if stopped is StopReason.MEMORY:
+        return f"memory_bytes={limits.memory_bytes}"
+    return f"processes={limits.processes}"
 
 
 def request_object(
