@@ -402,6 +402,13 @@ def _limited(tmp_path: Path, body: str, **lowered: int) -> RunOutcome:
     return scenario.run()
 
 
+def _stopped(outcome: RunOutcome, reason: Reason) -> str:
+    """The detail of an outcome BLOCKED for ``reason``."""
+    assert outcome.status is Status.BLOCKED
+    assert outcome.reason is reason, outcome.metadata.decision.detail
+    return outcome.metadata.decision.detail
+
+
 def test_memfds_beyond_the_memory_limit_stop_the_step_with_a_typed_reason(
     tmp_path: Path,
 ) -> None:
@@ -416,10 +423,9 @@ def test_memfds_beyond_the_memory_limit_stop_the_step_with_a_typed_reason(
         "    fds.append(fd)\n"
         "WITNESS['held'] = str(len(fds))\n"
     )
-    outcome = _limited(tmp_path, body, memory_bytes=128 * 1024**2)
-    assert outcome.status is Status.BLOCKED
-    assert outcome.reason is Reason.MEMORY_LIMIT_REACHED, outcome.metadata.decision.detail
-    assert "memory_bytes=134217728" in outcome.metadata.decision.detail
+    detail = _stopped(_limited(tmp_path, body, memory_bytes=128 * 1024**2),
+                      Reason.MEMORY_LIMIT_REACHED)
+    assert "memory_bytes=134217728" in detail
 
 
 def test_children_each_under_the_limit_are_bounded_together(tmp_path: Path) -> None:
@@ -448,9 +454,7 @@ def test_children_each_under_the_limit_are_bounded_together(tmp_path: Path) -> N
         "if dead:  # the total held: some child was killed to keep it\n"
         "    sys.exit(1)\n"
     )
-    outcome = _limited(tmp_path, body, memory_bytes=128 * 1024**2)
-    assert outcome.status is Status.BLOCKED
-    assert outcome.reason is Reason.MEMORY_LIMIT_REACHED, outcome.metadata.decision.detail
+    _stopped(_limited(tmp_path, body, memory_bytes=128 * 1024**2), Reason.MEMORY_LIMIT_REACHED)
 
 
 def test_forks_beyond_the_process_limit_stop_the_step_with_a_typed_reason(
@@ -463,6 +467,4 @@ def test_forks_beyond_the_process_limit_stop_the_step_with_a_typed_reason(
         "        time.sleep(30)\n"
         "        os._exit(0)\n"
     )
-    outcome = _limited(tmp_path, body, processes=32)
-    assert outcome.status is Status.BLOCKED
-    assert outcome.reason is Reason.PROCESS_LIMIT_REACHED, outcome.metadata.decision.detail
+    _stopped(_limited(tmp_path, body, processes=32), Reason.PROCESS_LIMIT_REACHED)
