@@ -126,3 +126,29 @@ def test_check_pins_of_a_missing_file_says_no_such_file(tmp_path: Path) -> None:
     directory.mkdir()
     done = kernel("check", "pins", directory)
     assert done.stderr == f"error: not_a_file: {directory}: not a regular file\n"
+
+
+@pytest.mark.parametrize(("words", "expected"), [
+    ("kernel run x --executor ", ["inline", "process", "dask"]),
+    ("kernel replay x --executor p", ["process"]),
+    ("kernel run x --fail-on ", ["integrity", "unavailable", "refused", "blocked",
+                                  "unclassified", "any"]),
+    ("kernel replay x --fail-on integrity,un", ["integrity,unavailable",
+                                                "integrity,unclassified"]),
+    ("kernel attest x --fail-on b", ["blocked"]),
+])
+def test_bash_completion_offers_the_values_of_executor_and_fail_on(
+    words: str, expected: list[str]
+) -> None:
+    # Issue 35, finding 10: bash completion offered no values for either.
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.cli import KERNEL_MAIN
+
+    env = {**os.environ, "_KERNEL_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split(" ")) - 1)}
+    done = subprocess.run([sys.executable, "-c", KERNEL_MAIN], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.stdout.split() == expected, done.stderr

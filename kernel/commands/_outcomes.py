@@ -350,8 +350,15 @@ FormatOption = Annotated[OutputFormat | None, typer.Option(
     help="stdout: table (a summary: counts per disposition, each attempt that did not "
          "close with full ids), json (the summary as one JSON document) or jsonl "
          "(one outcome line per attempt, as it is decided).")]
+def complete_fail_on(incomplete: str) -> list[str]:
+    """Shell completion of ``--fail-on``: the classes, after any already given with commas."""
+    given, _, last = incomplete.rpartition(",")
+    head = f"{given}," if given else ""
+    return [head + c.value for c in FailOn if c.value.startswith(last)]
+
+
 FailOnOption = Annotated[list[str] | None, typer.Option(
-    "--fail-on", metavar="CLASS[,CLASS]",
+    "--fail-on", metavar="CLASS[,CLASS]", autocompletion=complete_fail_on,
     help=f"Exit 1 when an outcome falls in CLASS ({FAIL_ON_CHOICES}); repeatable or "
          "comma-separated; replaces the default, unclassified (any attempt that its "
          "authorities did not classify: every refusal, every unavailable outcome). "

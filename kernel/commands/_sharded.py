@@ -67,13 +67,18 @@ from kernel.replay import ReplayBundle
 from kernel.serde import SerdeError, parse_json, structure
 
 __all__ = [
-    "EXECUTOR_NAMES", "MAX_SHARD_SIZE", "DocumentShards", "StreamShards", "executor_spec",
-    "open_sharded", "replay_sharded",
+    "EXECUTOR_NAMES", "MAX_SHARD_SIZE", "DocumentShards", "StreamShards", "complete_executor",
+    "executor_spec", "open_sharded", "replay_sharded",
 ]
 
 MAX_SHARD_SIZE: Final = 1_000_000
 #: The --executor choices, as usage lines show them (kernel run, kernel replay).
 EXECUTOR_NAMES: Final = "|".join(kind.value for kind in ExecutorKind)
+
+
+def complete_executor(incomplete: str) -> list[str]:
+    """Shell completion of ``--executor``."""
+    return [kind.value for kind in ExecutorKind if kind.value.startswith(incomplete)]
 
 
 def _available_cpus() -> int:

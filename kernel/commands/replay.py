@@ -48,7 +48,12 @@ from kernel.commands._outcomes import (
     resolve_output,
     stream_error,
 )
-from kernel.commands._sharded import MAX_SHARD_SIZE, executor_spec, replay_sharded
+from kernel.commands._sharded import (
+    MAX_SHARD_SIZE,
+    complete_executor,
+    executor_spec,
+    replay_sharded,
+)
 from kernel.commands._signals import interruption
 from kernel.orchestrate._executors import ExecutorKind
 from kernel.orchestrate._shards import DEFAULT_SHARD_SIZE, classify_item
@@ -129,7 +134,7 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOption = False,
         verbose: VerboseOption = False,
         executor: Annotated[str | None, typer.Option(
-            "--executor", metavar="[inline|process|dask]",
+            "--executor", metavar="[inline|process|dask]", autocompletion=complete_executor,
             help="Where attempts are classified: inline (default) in this process, "
                  "process on --workers local processes (the default with --workers), "
                  "dask on a Dask cluster (--scheduler, or a local one of --workers).")] = None,

@@ -74,6 +74,7 @@ from kernel.commands._sharded import (
     MAX_SHARD_SIZE,
     DocumentShards,
     StreamShards,
+    complete_executor,
     executor_spec,
     open_sharded,
 )
@@ -524,7 +525,7 @@ def register(app: typer.Typer) -> None:
             help="Deadline for each producer and each checker run, in seconds: more than 0, "
                  "at most 604800 (7 days).")] = 60.0,
         executor: Annotated[str, typer.Option(
-            "--executor", metavar=f"[{EXECUTOR_NAMES}]",
+            "--executor", metavar=f"[{EXECUTOR_NAMES}]", autocompletion=complete_executor,
             help="Where certifications run: inline (this process, one after the other), "
                  "process (a local process pool) or dask (Dask distributed); with process "
                  "or dask the pure steps run on workers too, in shards. "
