@@ -237,6 +237,7 @@ def test_run_refuses_a_work_dir_whose_name_is_not_utf8_before_anything_runs(
 def test_attest_with_a_public_key_says_it_is_not_a_private_key(tmp_path: Path) -> None:
     private, public = tmp_path / "k.pem", tmp_path / "k.pub"
     assert kernel("attest-keygen", private, public).returncode == 0
+    (tmp_path / "run").mkdir()  # a directory: RUN_DIR is checked first (not_a_directory)
     for mode in (0o644, 0o600):  # as written, and after a chmod 600
         public.chmod(mode)
         done = kernel("attest", tmp_path / "run", "--key", public)

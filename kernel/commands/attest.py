@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
         # says PASSED only where kernel run --fail-on the same would exit 0.
         classes = fail_on_classes(fail_on)
         refuse_stdio(RUN_DIR=run_dir, key=key, outcomes=outcomes, out=out)
-        if not run_dir.is_dir():  # audit's own words for it (issue 35, finding 10)
+        if not run_dir.is_dir():  # audit's own words for it, checked first as audit does
             what = "no such directory" if not run_dir.exists() else "not a directory"
             refuse("not_a_directory", f"{run_dir}: {what}")
         if out is not None and out.is_symlink():

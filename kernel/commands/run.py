@@ -80,6 +80,7 @@ from kernel.commands._sharded import (
 )
 from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
 from kernel.commands._verdict import EXIT_INTEGRITY
+from kernel.commands._work_dir import check_fresh_work_dir, check_utf8_work_dir, holds_nothing
 from kernel.external import (
     MAX_DEADLINE_SECONDS,
     ContainmentLevel,
@@ -250,45 +251,6 @@ class _NoteHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         typer.echo(f"note: {record.getMessage()}", err=True)
-
-
-def _check_utf8_work_dir(work_dir: Path) -> None:
-    """Refuse a work directory whose path is not UTF-8 (exit 2), before anything runs.
-
-    The attempts' records name their files by path in canonical JSON, which
-    is UTF-8 only: such a run used to start and then fail every
-    certification (exit 1) instead of refusing at the boundary.
-    """
-    raw = os.fsencode(work_dir.absolute())
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        refuse("work_dir_not_utf8",
-               f"--work-dir {raw!r}: the path is not UTF-8, and the run's records name "
-               "their files in UTF-8; choose another directory name")
-
-
-def _check_fresh_work_dir(work_dir: Path) -> None:
-    if work_dir.is_symlink() or (work_dir.exists() and not work_dir.is_dir()):
-        refuse("work_dir_not_directory", f"{work_dir}: not a plain directory")
-    try:
-        if work_dir.is_dir() and any(work_dir.iterdir()):
-            refuse("work_dir_not_empty",
-                   f"{work_dir}: not empty (use a fresh directory, or --resume)")
-    except OSError as exc:
-        refuse("work_dir_unreadable", f"{work_dir}: {exc.strerror or exc}")
-
-
-def _holds_nothing(work_dir: Path) -> bool:
-    """An absent work directory, or an empty plain one: nothing of a run to resume."""
-    if work_dir.is_symlink():
-        return False
-    if not work_dir.exists():
-        return True
-    try:
-        return work_dir.is_dir() and not any(work_dir.iterdir())
-    except OSError:
-        return False
 
 
 def _create_work_dir(root: Path, state: bytes) -> None:
@@ -553,7 +515,7 @@ def register(app: typer.Typer) -> None:
                  "producer, the checker still runs. Outcomes are the same with or "
                  "without it.")] = None,
     ) -> None:
-        _check_utf8_work_dir(work_dir)
+        check_utf8_work_dir(work_dir)
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on)
         if not 0 < deadline <= MAX_DEADLINE_SECONDS:
@@ -573,7 +535,7 @@ def register(app: typer.Typer) -> None:
         recorded: list[bytes] = []
         prefix: list[Attempt] = []
         manifest = certified_manifest()
-        if resume and _holds_nothing(work_dir):
+        if resume and holds_nothing(work_dir):
             # Interrupted before the work directory held anything (issue 35,
             # finding 7): a wrapper that retries with --resume after 130 starts fresh.
             if not quiet:
@@ -587,7 +549,7 @@ def register(app: typer.Typer) -> None:
                       else list(itertools.islice(attempts, len(recorded))))
             _check_recorded(work_dir, prefix, recorded)
         else:
-            _check_fresh_work_dir(work_dir)
+            check_fresh_work_dir(work_dir)
         try:
             entry = certification_entry(discover_tools(Path(sys.executable)))
         except CertifierSetupError as exc:

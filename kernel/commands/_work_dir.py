@@ -1,0 +1,49 @@
+"""``kernel run``'s checks of its work directory before anything is written there."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kernel.commands._io import refuse
+
+__all__ = ["check_fresh_work_dir", "check_utf8_work_dir", "holds_nothing"]
+
+
+def check_utf8_work_dir(work_dir: Path) -> None:
+    """Refuse a work directory whose path is not UTF-8 (exit 2), before anything runs.
+
+    The attempts' records name their files by path in canonical JSON, which
+    is UTF-8 only: such a run used to start and then fail every
+    certification (exit 1) instead of refusing at the boundary.
+    """
+    raw = os.fsencode(work_dir.absolute())
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        refuse("work_dir_not_utf8",
+               f"--work-dir {raw!r}: the path is not UTF-8, and the run's records name "
+               "their files in UTF-8; choose another directory name")
+
+
+def check_fresh_work_dir(work_dir: Path) -> None:
+    if work_dir.is_symlink() or (work_dir.exists() and not work_dir.is_dir()):
+        refuse("work_dir_not_directory", f"{work_dir}: not a plain directory")
+    try:
+        if work_dir.is_dir() and any(work_dir.iterdir()):
+            refuse("work_dir_not_empty",
+                   f"{work_dir}: not empty (use a fresh directory, or --resume)")
+    except OSError as exc:
+        refuse("work_dir_unreadable", f"{work_dir}: {exc.strerror or exc}")
+
+
+def holds_nothing(work_dir: Path) -> bool:
+    """An absent work directory, or an empty plain one: nothing of a run to resume."""
+    if work_dir.is_symlink():
+        return False
+    if not work_dir.exists():
+        return True
+    try:
+        return work_dir.is_dir() and not any(work_dir.iterdir())
+    except OSError:
+        return False
