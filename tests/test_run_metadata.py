@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from kernel.external import (
     CheckedDigests,
     ContainmentLevel,
+    ContainmentPart,
     Decision,
     Execution,
     FileDigest,
@@ -54,6 +55,7 @@ GROUP_OF: dict[str, str | None] = {
     "job_id": "run",
     "job_digest": "run",
     "containment": None,
+    "containment_parts": None,
     "limits": None,
     "check_digest": "checked",
     "input_digest": "checked",
@@ -81,7 +83,7 @@ _file_digest = st.fixed_dictionaries({"path": _text, "sha256": _digest})
 _positive = st.integers(min_value=1, max_value=2**40)
 _LIMIT_KEYS = (
     "memory_bytes", "processes", "open_files", "file_size_bytes",
-    "cpu_seconds", "tmpfs_bytes", "artifact_bytes", "evidence_bytes",
+    "cpu_seconds", "tmpfs_bytes", "artifact_bytes", "evidence_bytes", "entries",
 )  # fmt: skip
 _limits_documents = st.fixed_dictionaries({key: _positive for key in _LIMIT_KEYS})
 _process = st.none() | st.fixed_dictionaries(
@@ -106,7 +108,7 @@ _decision = st.one_of(
 def metadata_documents(draw: st.DrawFn) -> dict[str, Any]:
     """A valid flat metadata document (a JSON object), drawn key by key."""
     doc: dict[str, Any] = {
-        "metadata_schema_version": 3,
+        "metadata_schema_version": 4,
         "kind": draw(st.sampled_from(["run", "replay"])),
         "run_id": draw(_text),
         "replay_of": draw(st.none() | _text),
@@ -116,6 +118,8 @@ def metadata_documents(draw: st.DrawFn) -> dict[str, Any]:
         "job_id": draw(_text),
         "job_digest": draw(_text),
         "containment": draw(st.sampled_from([None, "subreaper", "namespace", "sandbox"])),
+        "containment_parts": draw(st.none() | st.lists(
+            st.sampled_from([p.value for p in ContainmentPart]), unique=True).map(sorted)),
         "limits": draw(st.none() | _limits_documents),
         "check_digest": draw(_maybe_digest),
         "input_digest": draw(_maybe_digest),
@@ -162,7 +166,7 @@ _summary = st.builds(
 _files = st.lists(st.builds(FileDigest, _text, _digest), max_size=3).map(tuple)
 _records = st.builds(
     RunMetadata,
-    metadata_schema_version=st.just(3),
+    metadata_schema_version=st.just(4),
     run=st.builds(
         RunIdentity,
         kind=st.sampled_from(RunKind),
@@ -254,7 +258,7 @@ def _sample() -> dict[str, Any]:
         "stdout_truncated": False,
     }
     return {
-        "metadata_schema_version": 3,
+        "metadata_schema_version": 4,
         "kind": "run",
         "run_id": "run-1",
         "replay_of": None,
@@ -264,6 +268,7 @@ def _sample() -> dict[str, Any]:
         "job_id": "job-1",
         "job_digest": digest,
         "containment": "subreaper",
+        "containment_parts": None,
         "limits": None,
         "check_digest": digest,
         "input_digest": digest,
@@ -302,7 +307,7 @@ REFUSALS = [
         "expected ContainmentLevel or null: 'x' is not a ContainmentLevel "
         "(one of 'subreaper', 'namespace', 'sandbox') @ $.containment",
     ),
-    ("metadata_schema_version", 2, "expected a value: metadata_schema_version is not 3 @ $"),
+    ("metadata_schema_version", 2, "expected a value: metadata_schema_version is not 4 @ $"),
     (
         "metadata_schema_version",
         True,
@@ -430,9 +435,9 @@ def test_the_metadata_holds_its_schema_version() -> None:
     checked = CheckedDigests(None, None, (), None, (), None)
     execution = Execution(None, None, None, None, None)
     decision = Decision(None, Status.BLOCKED, Reason.PIN_MISMATCH, "x")
-    RunMetadata(3, run, None, None, checked, execution, decision)
-    with pytest.raises(ValueError, match="metadata_schema_version is not 3"):
-        RunMetadata(2, run, None, None, checked, execution, decision)
+    RunMetadata(4, run, None, None, None, checked, execution, decision)
+    with pytest.raises(ValueError, match="metadata_schema_version is not 4"):
+        RunMetadata(3, run, None, None, None, checked, execution, decision)
 
 
 # --- a real run writes the same flat document -------------------------------------

@@ -27,7 +27,14 @@ from typing import Any
 
 import pytest
 
-from kernel.external import ContainmentLevel, Reason, RunOutcome, Status, available_level
+from kernel.external import (
+    DEFAULT_STEP_LIMITS,
+    ContainmentLevel,
+    Reason,
+    RunOutcome,
+    Status,
+    available_level,
+)
 from kernel.serde import dumps
 from tests.support.cli import KERNEL_MAIN, kernel
 from tests.support.processes import census, kill_all, new_processes
@@ -608,9 +615,11 @@ def test_a_manifest_can_lower_a_limit_and_the_metadata_records_it(tmp_path: Path
     outcome = scenario.run()
     assert outcome.reason is Reason.PRODUCER_FAILED, outcome.metadata.decision.detail
     stored = json.loads(Path(outcome.attempt_dir, "metadata.json").read_bytes())
-    assert stored["limits"] == limits
+    # ``entries`` left out of the manifest: its default is what the steps ran under.
+    assert stored["limits"] == {**limits, "entries": DEFAULT_STEP_LIMITS.entries}
     identity = json.loads(Path(outcome.attempt_dir, "identity.json").read_bytes())
-    assert identity["limits"] == limits  # the limits are part of what was approved
+    # The limits are part of what was approved, a left-out ``entries`` at its default.
+    assert identity["limits"] == {**limits, "entries": DEFAULT_STEP_LIMITS.entries}
 
 
 def test_the_private_tmp_is_empty_bounded_and_not_shared(tmp_path: Path) -> None:

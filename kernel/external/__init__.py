@@ -13,7 +13,13 @@ and ``kernel.serde``; nothing pure imports it.
 """
 
 from kernel.external._closure import ClosureError, PinClosure, pin_closure
-from kernel.external._contain import ContainmentLevel, available_level, sandbox_shortfall
+from kernel.external._contain import (
+    ContainmentLevel,
+    ContainmentPart,
+    available_level,
+    available_parts,
+    sandbox_shortfall,
+)
 from kernel.external._identity import (
     CheckIdentity,
     check_identity,
@@ -85,6 +91,7 @@ __all__ = [
     "ClosureError",
     "Command",
     "ContainmentLevel",
+    "ContainmentPart",
     "DEFAULT_STEP_LIMITS",
     "Decision",
     "Execution",
@@ -121,6 +128,7 @@ __all__ = [
     "StepView",
     "Verdict",
     "available_level",
+    "available_parts",
     "check_identity",
     "content_digest",
     "content_identity_object",

@@ -17,6 +17,7 @@ import attrs
 
 from kernel.external._contain import (
     ContainmentLevel,
+    ContainmentPart,
     SealedCopies,
 )
 from kernel.external._files import (
@@ -70,6 +71,7 @@ class Recorder:
     job_id: str
     job_digest: str
     containment: ContainmentLevel | None = None
+    containment_parts: tuple[ContainmentPart, ...] = ()
     limits: StepLimits | None = None
     check_digest: str | None = None
     input_digest: str | None = None
@@ -101,6 +103,8 @@ class Recorder:
                 job_digest=self.job_digest,
             ),
             containment=self.containment,
+            containment_parts=(self.containment_parts
+                               if self.containment is ContainmentLevel.SANDBOX else None),
             limits=self.limits,
             checked=CheckedDigests(
                 check_digest=self.check_digest,

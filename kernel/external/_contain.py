@@ -66,16 +66,21 @@ from kernel.external._fingerprint import Fingerprint, fingerprint_of
 from kernel.external._reclaim import lend
 from kernel.external._sandbox import StepView, sandbox_prefix, sandbox_tools
 from kernel.external._seccomp import step_filter_bpf
+from kernel.external._step_cgroup import cgroup_shortfall
+from kernel.external._step_output import bounded_output_shortfall
 from kernel.external._step_uids import acquire_step_uid, step_uid_range
 
 __all__ = [
     "ContainmentLevel",
+    "ContainmentPart",
     "LAUNCHER_SOURCE",
     "SealedCopies",
     "SealedFile",
     "available_level",
+    "available_parts",
     "close_sealed",
     "launcher_argv",
+    "part_shortfall",
     "sandbox_shortfall",
     "seal_copy",
 ]
@@ -108,6 +113,49 @@ _RANKS: Final = {
     ContainmentLevel.NAMESPACE: 1,
     ContainmentLevel.SANDBOX: 2,
 }
+
+
+@final
+class ContainmentPart(enum.Enum):
+    """One part of the sandbox level that a machine gives or not (ADR 0021).
+
+    ``view`` (the allow-list filesystem) and ``filter`` (the syscall filter)
+    make the ``sandbox`` level: without either it is not had at all. The
+    others hold where the machine can give them, and then always: ``uid``
+    (a root kernel's steps run as uids of their own), ``cgroup`` (memory and
+    processes bounded per step as a whole), ``bounded_output`` (the output
+    directory a tmpfs bounded in bytes and entries, only declared artifacts
+    kept). A manifest entry may require any of them.
+    """
+
+    BOUNDED_OUTPUT = "bounded_output"
+    CGROUP = "cgroup"
+    FILTER = "filter"
+    UID = "uid"
+    VIEW = "view"
+
+
+def part_shortfall(part: ContainmentPart) -> str | None:
+    """Why ``part`` cannot be had on this machine (probed once); None if it can."""
+    match part:
+        case ContainmentPart.VIEW | ContainmentPart.FILTER:
+            return sandbox_shortfall()
+        case ContainmentPart.UID:
+            if os.geteuid() != 0:
+                return ("the kernel is not root: its steps run as its own uid, in a user "
+                        "namespace of their own")
+            return sandbox_shortfall()
+        case ContainmentPart.CGROUP:
+            return cgroup_shortfall()
+        case ContainmentPart.BOUNDED_OUTPUT:
+            return sandbox_shortfall() or bounded_output_shortfall()
+        case _:
+            assert_never(part)
+
+
+def available_parts() -> frozenset[ContainmentPart]:
+    """The parts of the sandbox level this machine gives (empty without the sandbox)."""
+    return frozenset(part for part in ContainmentPart if part_shortfall(part) is None)
 
 
 def _tool(name: str) -> str | None:

@@ -28,7 +28,7 @@ from kernel.external._settings import (
     RunLimits,
 )
 
-__all__ = ["KEPT_EVIDENCE_REASONS", "hash_evidence", "is_real_directory"]
+__all__ = ["KEPT_EVIDENCE_REASONS", "check_evidence_shape", "hash_evidence", "is_real_directory"]
 
 
 def is_real_directory(path: Path) -> bool:
@@ -70,6 +70,24 @@ def hash_evidence(
     except HashStopped as stopped:
         reason = timeout_reason if stopped.expired else Reason.CANCELLED
         raise Block(reason, f"evidence/: {stopped.detail}") from stopped
+    _refuse_undeclared(entries, declared)
+    return tuple(sorted(digests, key=lambda d: d.path))
+
+
+def check_evidence_shape(evidence: Path, declared: tuple[str, ...], *, limits: RunLimits) -> None:
+    """``hash_evidence``'s checks without the hash, in its order: raises its ``Block``.
+
+    For a producer's bounded output (``_step_output``), read where the step
+    left it, before only the declared artifacts are kept: what is not kept is
+    still what the attempt is refused for. The walk is bounded by the tmpfs's
+    entry count.
+    """
+    found = [(relative, _declared_artifact(evidence, relative)) for relative in declared]
+    _check_evidence_size(found, limits)
+    _refuse_undeclared(walk_tree(evidence), declared)
+
+
+def _refuse_undeclared(entries: tuple[tuple[str, str], ...], declared: tuple[str, ...]) -> None:
     allowed = set(declared) | {
         "/".join(p.split("/")[:i]) for p in declared for i in range(1, p.count("/") + 1)
     }
@@ -78,7 +96,6 @@ def hash_evidence(
             raise Block(
                 Reason.ARTIFACT_UNDECLARED, f"undeclared {kind} {relative!r} under evidence/"
             )
-    return tuple(sorted(digests, key=lambda d: d.path))
 
 
 KEPT_EVIDENCE_REASONS = frozenset(

@@ -70,7 +70,7 @@ def identity_object(entry: CheckEntry) -> JsonValue:
     assert isinstance(body, dict)
     # An entry that requires no containment level is identified exactly as
     # before the field existed: the identity is the entry as written.
-    for optional in ("required_containment", "limits"):
+    for optional in ("required_containment", "required_containment_parts", "limits"):
         if body.get(optional) is None:
             body.pop(optional, None)
     return {"identity_version": IDENTITY_VERSION, **body}

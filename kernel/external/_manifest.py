@@ -21,9 +21,14 @@ Rules (seed 003, "Roles and accepted declarations", "Command identity",
 - ``required_containment`` (optional: ``"subreaper"``, ``"namespace"`` or
   ``"sandbox"``) is the weakest containment the check may run under (ADR 0009,
   ADR 0018);
-- ``limits`` (optional; every one of its fields, each a positive integer)
-  replaces the default limits of a sandboxed step and of its evidence
-  (ADR 0018).
+- ``required_containment_parts`` (optional: a list of distinct parts of the
+  sandbox, ``"bounded_output"``, ``"cgroup"``, ``"filter"``, ``"uid"``,
+  ``"view"``) are the parts the check must run with (ADR 0021); requiring a
+  part requires the sandbox, so with a weaker ``required_containment`` it is
+  refused;
+- ``limits`` (optional; every one of its fields, each a positive integer,
+  ``entries`` may be left out) replaces the default limits of a sandboxed
+  step and of its evidence (ADR 0018, 0021).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import attrs
 import cattrs
 from cattrs.v import format_exception
 
-from kernel.external._contain import ContainmentLevel
+from kernel.external._contain import ContainmentLevel, ContainmentPart
 from kernel.external._sandbox import DEFAULT_STEP_LIMITS, StepLimits
 from kernel.external.errors import ManifestError
 from kernel.identity import JsonValue, is_digest
@@ -209,6 +214,15 @@ def _validate_entry(instance: CheckEntry, _a: attrs.Attribute[str], _v: str) -> 
     for path in instance.evidence_artifacts:
         check_relative_path(path, "evidence artifact")
     _unique(instance.evidence_artifacts, "evidence artifact")
+    required_parts = instance.required_containment_parts
+    if required_parts is not None:
+        _unique(tuple(part.value for part in required_parts), "required containment part")
+        if instance.required_containment not in (None, ContainmentLevel.SANDBOX):
+            raise ManifestError(
+                "containment_conflict",
+                "required_containment_parts are parts of the sandbox, but required_containment "
+                f"is {instance.required_containment.value}",
+            )
     declared = set(instance.evidence_artifacts)
     for path in instance.evidence_artifacts:
         parts = path.split("/")
@@ -234,6 +248,11 @@ class CheckEntry:
     # The weakest containment (ADR 0009) this check may run under; None: any.
     # Absent from a document means None, and then absent from identity(check).
     required_containment: ContainmentLevel | None = attrs.field(
+        default=None, metadata={OPTIONAL_ON_INPUT: True}
+    )
+    # The parts of the sandbox this check must run with (ADR 0021); None: none named.
+    # Absent from a document means None, and then absent from identity(check).
+    required_containment_parts: tuple[ContainmentPart, ...] | None = attrs.field(
         default=None, metadata={OPTIONAL_ON_INPUT: True}
     )
     # What a sandboxed step may use and leave (ADR 0018); None: the defaults.

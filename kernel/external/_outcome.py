@@ -18,7 +18,7 @@ from typing import Final, final
 
 import attrs
 
-from kernel.external._contain import ContainmentLevel
+from kernel.external._contain import ContainmentLevel, ContainmentPart
 from kernel.external._process import ProcessResult, ProcessStatus
 from kernel.external._sandbox import StepLimits
 from kernel.identity import is_digest, sha256_hex
@@ -41,7 +41,7 @@ __all__ = [
     "summarize_process",
 ]
 
-METADATA_SCHEMA_VERSION: Final = 3
+METADATA_SCHEMA_VERSION: Final = 4
 
 
 #: The one detail a PASS records (the audit refuses any other: nothing else binds it).
@@ -96,6 +96,8 @@ class Reason(enum.Enum):
     CHECKER_FAILED = "checker_failed"
     MEMORY_LIMIT_REACHED = "memory_limit_reached"
     PROCESS_LIMIT_REACHED = "process_limit_reached"
+    DISK_LIMIT_REACHED = "disk_limit_reached"
+    ENTRIES_LIMIT_REACHED = "entries_limit_reached"
     SNAPSHOT_CHANGED = "snapshot_changed"
     RUN_DIR_TAMPERED = "run_dir_tampered"
     # evidence
@@ -275,7 +277,8 @@ class RunMetadata:
     """Everything a run or replay retains, written atomically as metadata.json.
 
     Four groups (``run``, ``checked``, ``execution``, ``decision``), the
-    containment level the attempt ran at and, in a sandbox, its limits; the
+    containment level the attempt ran at and, in a sandbox, the parts of it
+    its steps held and their limits; the
     document is flat (ADR 0017).
     Optional fields are None when the run stopped before reaching them.
     """
@@ -283,6 +286,9 @@ class RunMetadata:
     metadata_schema_version: int = attrs.field(validator=_check_schema_version)
     run: RunIdentity = attrs.field(metadata=_FLAT)
     containment: ContainmentLevel | None
+    # The parts of the sandbox its steps held, sorted (ADR 0021); None below
+    # the sandbox level, or when the run stopped before choosing its level.
+    containment_parts: tuple[ContainmentPart, ...] | None
     # The limits a sandboxed attempt's steps ran under (ADR 0018); None below
     # the sandbox level, or when the run stopped before choosing its level.
     limits: StepLimits | None

@@ -191,6 +191,7 @@ def run_check(
                 environment=environment,
                 cancel=cancel,
                 containment=containment,
+                parts=frozenset(rec.containment_parts),
                 recheck=entry.producer.pins(),
             )
         except Block as block:

@@ -37,6 +37,9 @@ from typing import Final, final
 
 import attrs
 
+from kernel.external._step_output import holder_prefix
+from kernel.serde import OPTIONAL_ON_INPUT
+
 __all__ = [
     "DEFAULT_STEP_LIMITS",
     "ETC_ENTRIES",
@@ -92,6 +95,10 @@ class StepLimits:
     process); ``tmpfs_bytes`` bounds its private ``/tmp`` and ``/dev/shm``;
     ``artifact_bytes`` and ``evidence_bytes`` bound each declared artifact
     and their total (apparent and allocated size), checked before hashing.
+    With a bounded output (``kernel.external._step_output``), ``evidence_bytes``
+    and ``entries`` also bound the step's output directory while it runs: its
+    bytes and the number of files and directories it may create there.
+    ``entries`` may be left out of a manifest (its default applies).
     """
 
     memory_bytes: int = attrs.field(default=1024**3, validator=_positive)
@@ -102,6 +109,8 @@ class StepLimits:
     tmpfs_bytes: int = attrs.field(default=64 * 1024**2, validator=_positive)
     artifact_bytes: int = attrs.field(default=256 * 1024**2, validator=_positive)
     evidence_bytes: int = attrs.field(default=1024**3, validator=_positive)
+    entries: int = attrs.field(default=4096, validator=_positive,
+                               metadata={OPTIONAL_ON_INPUT: True})
 
 
 DEFAULT_STEP_LIMITS: Final = StepLimits()
@@ -124,8 +133,9 @@ def _all_absolute(
 
 
 def _step_uid(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    # A uid: never root's; a pid: never 0 (the caller's group) nor negative.
     if value is not None and (type(value) is not int or value <= 0):
-        raise ValueError("step_uid must be a positive integer (never root)")
+        raise ValueError(f"{attribute.name} must be a positive integer")
 
 
 @final
@@ -153,6 +163,12 @@ class StepView:
     step's own cgroup (``kernel.external._step_cgroup``: its memory and
     process count as a whole), which the kernel's launcher joins before the
     step's chain starts; empty where no cgroup could be had.
+    ``output_holder`` is the pid of the process whose mount namespace has the
+    bounded tmpfs over ``output`` (``kernel.external._step_output``): the
+    step's bubblewrap starts there (``nsenter``), so its output is that
+    tmpfs, never the host's directory; the holder's user namespace is entered
+    too where there is no ``step_uid`` (an ordinary user's holder has one).
+    ``None``: the output is the host's directory itself, bound writable.
     """
 
     output: str = attrs.field(validator=_absolute)
@@ -163,6 +179,7 @@ class StepView:
     step_uid: int | None = attrs.field(default=None, validator=_step_uid)
     seccomp_fd: int | None = None
     cgroup_procs: tuple[str, ...] = attrs.field(default=(), validator=_all_absolute)
+    output_holder: int | None = attrs.field(default=None, validator=_step_uid)
 
     def visible(self) -> tuple[str, ...]:
         """Every path bound read-only into the step beyond the system, sorted, outermost only.
@@ -373,8 +390,12 @@ def sandbox_prefix(view: StepView) -> tuple[str, ...]:
             setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
         )  # fmt: skip
+    enter: tuple[str, ...] = ()
+    if view.output_holder is not None:
+        enter = holder_prefix(view.output_holder, user_namespace=view.step_uid is None)
     return (
         setpriv, "--pdeathsig", "KILL", "--",
+        *enter,
         prlimit, *rlimits, "--",
         bwrap, *namespaces, *mounts,
         "--chdir", view.workdir,

@@ -48,6 +48,7 @@ __all__ = [
     "StepCgroup",
     "StopReason",
     "cgroup_available",
+    "cgroup_shortfall",
     "own_cgroup_dirs",
 ]
 
@@ -224,10 +225,15 @@ class StepCgroup:
 
 
 @functools.cache
-def cgroup_available() -> bool:
-    """Whether a step cgroup can be made here (probed once: made and removed)."""
+def cgroup_shortfall() -> str | None:
+    """Why no step cgroup can be made here (probed once: made and removed); None if one can."""
     try:
         StepCgroup.create(64 * 1024**2, 16).remove()
-    except CgroupUnavailableError:
-        return False
-    return True
+    except CgroupUnavailableError as exc:
+        return str(exc)
+    return None
+
+
+def cgroup_available() -> bool:
+    """Whether a step cgroup can be made here (``cgroup_shortfall`` is None)."""
+    return cgroup_shortfall() is None

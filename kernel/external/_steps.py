@@ -28,8 +28,11 @@ import attrs
 from kernel.external._attempt import Attempt, Block, Recorder, fresh_attempt, require_utf8_path
 from kernel.external._contain import (
     ContainmentLevel,
+    ContainmentPart,
     SealedFile,
     available_level,
+    available_parts,
+    part_shortfall,
 )
 from kernel.external._evidence import KEPT_EVIDENCE_REASONS, hash_evidence, is_real_directory
 from kernel.external._files import (
@@ -59,11 +62,9 @@ from kernel.external._outcome import (
     summarize_process,
 )
 from kernel.external._pins import first_pin_failure
-from kernel.external._process import ProcessResult, ProcessStatus, run_process
+from kernel.external._process import ProcessStatus, run_process
 from kernel.external._receipt import ReceiptExpectation, reason_for, validate_receipt
-from kernel.external._reclaim import lend, reclaim
 from kernel.external._sandbox import StepView, sandbox_environment
-from kernel.external._seccomp import SeccompUnavailableError, step_filter_bpf
 from kernel.external._settings import (
     REQUEST_SCHEMA_VERSION,
     Progress,
@@ -72,13 +73,7 @@ from kernel.external._settings import (
     Stage,
     expand_argv,
 )
-from kernel.external._step_cgroup import (
-    CgroupUnavailableError,
-    StepCgroup,
-    StopReason,
-    cgroup_available,
-)
-from kernel.external._step_uids import StepUidError, acquire_step_uid, step_uid_range
+from kernel.external._step_parts import LOG_NAMES, HeldStep, hold_step, take_back
 from kernel.external.errors import RunDirectoryError
 from kernel.identity import JsonValue, sha256_hex
 from kernel.serde import dumps, unstructure
@@ -141,20 +136,36 @@ def choose_containment(
 ) -> ContainmentLevel:
     """The level every step of this run uses (ADR 0009); never weaker than required.
 
-    In the sandbox the limits its steps run under are recorded: the entry's
-    (or the defaults), with the evidence bounds of ``limits_for``.
+    In the sandbox, the parts the machine gives are chosen, every one of
+    them (ADR 0021: a part that can be had is never left out), and recorded
+    with the limits its steps run under: the entry's (or the defaults), with
+    the evidence bounds of ``limits_for``. A required part the machine
+    cannot give blocks the attempt, naming it and why.
     """
     level = available_level(max_containment)
     required = entry.required_containment
+    wanted = entry.required_containment_parts or ()
+    if wanted and required is None:
+        required = ContainmentLevel.SANDBOX  # a part is a part of the sandbox
     if level is None or not level.satisfies(required):
         have = "none" if level is None else level.value
         want = "any" if required is None else required.value
+        missing = "".join(f"; {part.value}: {part_shortfall(part)}" for part in wanted)
         raise Block(
             Reason.CONTAINMENT_UNAVAILABLE,
-            f"the check requires containment {want}; this machine gives {have}",
+            f"the check requires containment {want}; this machine gives {have}{missing}",
         )
     rec.containment = level
     if level is ContainmentLevel.SANDBOX:
+        parts = available_parts()
+        for part in wanted:
+            if part not in parts:
+                raise Block(
+                    Reason.CONTAINMENT_UNAVAILABLE,
+                    f"the check requires containment part {part.value}; this machine "
+                    f"cannot give it: {part_shortfall(part)}",
+                )
+        rec.containment_parts = tuple(sorted(parts, key=lambda part: part.value))
         rec.limits = attrs.evolve(
             entry.step_limits(),
             artifact_bytes=limits.artifact_limit_bytes,
@@ -314,67 +325,6 @@ def step_view(role: Role, entry: CheckEntry, attempt: Attempt) -> StepView:
     )
 
 
-def _held_view(
-    role: Role, entry: CheckEntry, attempt: Attempt, held: contextlib.ExitStack
-) -> tuple[StepView, StepCgroup | None]:
-    """The step's view with the parts held for the launch: its filter, its cgroup
-    (where one can be made), its own uid (a root kernel), its output lent to that
-    uid. Raises ``Block`` where a part that must be had cannot be."""
-    view = attrs.evolve(step_view(role, entry, attempt),
-                        seccomp_fd=_filter_descriptor(role, held))
-    cgroup = None
-    if cgroup_available():
-        limits = entry.step_limits()
-        try:
-            cgroup = held.enter_context(StepCgroup.create(limits.memory_bytes, limits.processes))
-        except CgroupUnavailableError as exc:
-            raise Block(Reason.CONTAINMENT_UNAVAILABLE,
-                        f"{role.value}: no cgroup for the step: {exc}") from exc
-        view = attrs.evolve(view, cgroup_procs=cgroup.procs_files())
-    if os.geteuid() != 0:
-        return view, cgroup
-    try:
-        slot = held.enter_context(
-            acquire_step_uid(step_uid_range(os.environ), os.getpid()))
-    except StepUidError as exc:
-        raise Block(Reason.CONTAINMENT_UNAVAILABLE,
-                    f"{role.value}: no step uid to run it as: {exc}") from exc
-    try:
-        lend(Path(view.output), slot.uid)
-    except OSError as exc:
-        raise Block(Reason.RUN_DIR_TAMPERED,
-                    f"{role.value}/: cannot hand the output to the step: {exc}") from exc
-    return attrs.evolve(view, step_uid=slot.uid), cgroup
-
-
-def _filter_descriptor(role: Role, held: contextlib.ExitStack) -> int:
-    """A fresh descriptor of the compiled syscall filter, at offset 0 (bubblewrap reads
-    it to its end, so one launch never shares it with another)."""
-    try:
-        program = step_filter_bpf()
-    except SeccompUnavailableError as exc:
-        raise Block(Reason.CONTAINMENT_UNAVAILABLE,
-                    f"{role.value}: no syscall filter: {exc}") from exc
-    fd = os.memfd_create("kernel-step-filter", os.MFD_CLOEXEC)
-    held.callback(os.close, fd)
-    os.write(fd, program)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
-def _take_back_output(role: Role, view: StepView, result: ProcessResult) -> None:
-    # Every process of the step is gone (its PID namespace died with the
-    # launcher): what it left is the kernel's again, with run-store modes.
-    try:
-        reclaim(Path(view.output), view.step_uid)
-    except OSError as exc:
-        # An I/O failure like any other (a path past PATH_MAX, say): the entries
-        # not reached keep the step's uid, never root's (THREAT_MODEL.md).
-        raise Block(Reason.IO_ERROR,
-                    f"{role.value}: its output cannot be taken back: {exc}",
-                    summarize_process(result)) from exc
-
-
 def _sealed_command(
     role: Role, command: Command, argv: tuple[str, ...], attempt: Attempt
 ) -> tuple[SealedFile, tuple[str, ...], tuple[SealedFile, ...]]:
@@ -423,6 +373,7 @@ def launch(
     environment: Mapping[str, str],
     cancel: threading.Event | None,
     containment: ContainmentLevel,
+    parts: frozenset[ContainmentPart],
     recheck: tuple[Pin, ...],
 ) -> ProcessSummary:
     """Re-check ``recheck``'s pins, run one command in snapshot/, keep its output; map failures.
@@ -445,14 +396,15 @@ def launch(
     if attempt.pins is not attempt.files:
         attempt.pins.settle(attempt.role_dir(role) / "request.json")
     with contextlib.ExitStack() as held:
-        view: StepView | None = None
-        cgroup: StepCgroup | None = None
+        step: HeldStep | None = None
         if containment is ContainmentLevel.SANDBOX:
-            view, cgroup = _held_view(role, entry, attempt, held)
+            step = hold_step(role, entry, step_view(role, entry, attempt), parts, held,
+                             evidence_bytes=limits.evidence_limit_bytes)
             environment = sandbox_environment(environment)
-            if view.cgroup_procs:
+            if step.view.cgroup_procs:
                 environment = {**environment,
-                               "KERNEL_STEP_CGROUP_PROCS": "\n".join(view.cgroup_procs)}
+                               "KERNEL_STEP_CGROUP_PROCS": "\n".join(step.view.cgroup_procs)}
+        view = None if step is None else step.view
         result = run_process(
             argv,
             cwd=attempt.snapshot,
@@ -467,12 +419,7 @@ def launch(
                       *(() if view is None or view.seccomp_fd is None else (view.seccomp_fd,))),
             view=view,
         )
-        if view is not None:
-            _take_back_output(role, view, result)
-        stopped = None
-        if cgroup is not None and (result.status is not ProcessStatus.EXITED
-                                   or result.returncode != 0):
-            stopped = cgroup.stop_reason()
+        taken = None if step is None else take_back(role, entry, attempt, step, result, limits)
     directory = attempt.role_dir(role)
     summary = summarize_process(result)
     if not is_real_directory(directory):
@@ -480,7 +427,10 @@ def launch(
         raise Block(
             Reason.RUN_DIR_TAMPERED, f"{role.value}/ is no longer a plain directory", summary
         )
-    for name, data in (("stdout.log", result.stdout), ("stderr.log", result.stderr)):
+    problem = None if taken is None else taken.problem
+    if problem is not None and problem.reason is Reason.RUN_DIR_TAMPERED:
+        raise Block(problem.reason, problem.detail, summary)
+    for name, data in zip(LOG_NAMES, (result.stdout, result.stderr), strict=True):
         try:
             write_new(directory / name, data)
         except FileExistsError as exc:
@@ -491,27 +441,16 @@ def launch(
                 f"{role.value}/{name} existed before the kernel wrote it",
                 summary,
             ) from exc
-    if stopped is not None:
-        # A total of the step's cgroup stopped it: that, not "exited with 1".
-        reason, what = _STOPPED[stopped]
-        raise Block(reason, f"{role.value} {result.detail}: it reached its {what} limit "
-                    f"({_limit_of(entry, stopped)} for the step as a whole)", summary)
+    if taken is not None and taken.stopped is not None:
+        # A total stopped it (the cgroup's, the output's): that, not "exited with 1".
+        raise taken.stopped
     if result.status is not ProcessStatus.EXITED or result.returncode != 0:
         raise Block(_reason_for(role, result.status), f"{role.value} {result.detail}", summary)
+    if problem is not None:
+        # What it left where only the declared names were kept (the evidence's
+        # or the receipt's checks, as they would have read the directory).
+        raise Block(problem.reason, problem.detail, summary)
     return summary
-
-
-_STOPPED = {
-    StopReason.MEMORY: (Reason.MEMORY_LIMIT_REACHED, "memory"),
-    StopReason.PROCESSES: (Reason.PROCESS_LIMIT_REACHED, "process"),
-}
-
-
-def _limit_of(entry: CheckEntry, stopped: StopReason) -> str:
-    limits = entry.step_limits()
-    if stopped is StopReason.MEMORY:
-        return f"memory_bytes={limits.memory_bytes}"
-    return f"processes={limits.processes}"
 
 
 def request_object(
@@ -599,6 +538,7 @@ def check_phase(
             environment=environment,
             cancel=cancel,
             containment=containment,
+            parts=frozenset(rec.containment_parts),
             # In a run the producer ran since the identity was built: every pin
             # again. In a replay, or a run on supplied evidence, no producer ran.
             recheck=all_pins(entry) if kind is RunKind.RUN and produced else entry.checker.pins(),

@@ -36,6 +36,7 @@ from kernel.external import (
     ClosureError,
     Command,
     ContainmentLevel,
+    ContainmentPart,
     ManifestError,
     Pin,
     pin_closure,
@@ -213,6 +214,11 @@ def certification_entry(tools: CertifierTools) -> CheckEntry:
             # A certification is only as good as its checker's isolation: never
             # run the pair weaker than the sandbox (ADR 0018).
             required_containment=ContainmentLevel.SANDBOX,
+            # Named, not implied: the allow-list view and the syscall filter on
+            # every machine. A root kernel's own uid per step and a cgroup where
+            # one is delegated are had wherever the machine gives them
+            # (ADR 0021), so an ordinary user without delegation still certifies.
+            required_containment_parts=(ContainmentPart.FILTER, ContainmentPart.VIEW),
         )
     except ManifestError as exc:
         raise CertifierSetupError("entry_invalid", exc.message) from exc
