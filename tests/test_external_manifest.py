@@ -34,7 +34,8 @@ def test_public_api_is_exact_and_alphabetical() -> None:
     assert external.__all__ == sorted(external.__all__)
     assert external.__all__ == [
         "Cancellation", "CheckEntry", "CheckIdentity", "CheckedDigests", "Claim", "ClosureError",
-        "Command", "ContainmentLevel", "ContainmentPart", "DEFAULT_STEP_LIMITS", "Decision", "Execution",
+        "Command", "ContainmentLevel", "ContainmentPart", "DEFAULT_STEP_LIMITS", "Decision",
+        "Execution",
         "ExternalError", "FileDigest", "Job", "JobError", "MAX_DEADLINE_SECONDS", "Manifest",
         "ManifestError",
         "PASS_DETAIL", "PLACEHOLDERS", "Pin", "PinCache", "PinClosure", "PinMismatchError",
@@ -42,7 +43,8 @@ def test_public_api_is_exact_and_alphabetical() -> None:
         "RECEIPT_FIELDS", "Reason", "ReceiptCheck", "ReceiptExpectation",
         "RunDirectoryError", "RunIdentity", "RunKind", "RunLimits", "RunMetadata", "RunOutcome",
         "RunRecordError", "Stage", "Status", "StepLimits", "StepView", "Verdict",
-        "available_level", "available_parts", "check_identity", "content_digest", "content_identity_object",
+        "available_level", "available_parts", "check_identity", "content_digest",
+        "content_identity_object",
         "default_environment", "expand_argv", "identity_object", "job_digest_of", "load_job",
         "load_manifest", "parse_manifest", "pin_closure", "process_pin_cache", "read_job",
         "read_run_metadata",

@@ -2,8 +2,9 @@
 
 The suite runs as root here, as CI does. This module runs the attacks of
 ``tests/test_sandbox_round_two.py``, ``tests/test_sandbox.py``,
-``tests/test_sandbox_output.py`` and ``tests/test_containment_parts.py`` again in a fresh pytest whose every process, the kernel included, is an ordinary uid
-(``tests.support.ordinary_user``): the same real producers, the same
+``tests/test_sandbox_output.py`` and ``tests/test_containment_parts.py``
+again in a fresh pytest whose every process, the kernel included, is an
+ordinary uid (``tests.support.ordinary_user``): the same real producers, the same
 assertions, under the other kind of user. A test there that needs root
 (one that plants a secret under ``/root``) adapts itself; the cgroup totals
 are skipped there, since these machines delegate no cgroup to an ordinary

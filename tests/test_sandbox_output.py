@@ -170,7 +170,7 @@ print(json.dumps({}))
 def test_a_refused_step_keeps_its_declared_artifact_and_nothing_undeclared(
     tmp_path: Path,
 ) -> None:
-    scenario, outcome = _run(tmp_path, _JUNK_BESIDE_THE_PROOF, _limits())
+    _, outcome = _run(tmp_path, _JUNK_BESIDE_THE_PROOF, _limits())
     # Refused for what it left, as before; the reason names what was not kept.
     assert outcome.reason is Reason.ARTIFACT_UNDECLARED, outcome.metadata.decision.detail
     assert "'cache'" in outcome.metadata.decision.detail
@@ -190,3 +190,17 @@ def test_an_honest_step_passes_with_a_bounded_output_recorded(tmp_path: Path) ->
     assert outcome.metadata.containment_parts is not None
     assert ContainmentPart.BOUNDED_OUTPUT in outcome.metadata.containment_parts
     assert _left_on_disk(scenario)[0] == []
+
+
+def test_a_kernel_under_umask_077_still_gives_its_step_the_snapshot(tmp_path: Path) -> None:
+    # The run root stays 0700 (nobody else reaches it); what inside it a step is
+    # given to read is made readable for the step's own uid whatever the umask.
+    previous = os.umask(0o077)
+    try:
+        scenario = Scenario(tmp_path, producer=HONEST_PRODUCER
+                            + "open(os.path.join(os.getcwd(), 'spec', 'claim.txt')).read()\n")
+        outcome = scenario.run()
+    finally:
+        os.umask(previous)
+    assert outcome.status is Status.PASS, outcome.metadata.decision.detail
+    assert stat.S_IMODE(scenario.run_root.stat().st_mode) == 0o700

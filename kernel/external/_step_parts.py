@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 from typing import Final, final
 
@@ -63,6 +64,7 @@ def hold_step(
     parts: frozenset[ContainmentPart],
     held: contextlib.ExitStack,
     *,
+    attempt_root: str,
     evidence_bytes: int,
 ) -> HeldStep:
     """``view`` with every chosen part held in ``held`` for one launch; raises ``Block``.
@@ -84,6 +86,7 @@ def hold_step(
         except StepUidError as exc:
             raise _missing(role, ContainmentPart.UID, exc) from exc
         view = attrs.evolve(view, step_uid=slot.uid)
+        _readable_for_others(Path(attempt_root))
     output = None
     if ContainmentPart.BOUNDED_OUTPUT in parts:
         try:
@@ -103,6 +106,34 @@ def hold_step(
             raise Block(Reason.RUN_DIR_TAMPERED,
                         f"{role.value}/: cannot hand the output to the step: {exc}") from exc
     return HeldStep(view, cgroup, output)
+
+
+def _umask() -> int:
+    # Read, not set: os.umask would change it for every thread of the kernel.
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def _readable_for_others(root: Path) -> None:
+    """Under a umask that hides files from others (077), what the attempt gives its step
+    to read would be root's alone, and the step's own uid is another: add read (and
+    search) for others inside the attempt. The run root above stays 0700, so no other
+    user of the machine reaches any of it."""
+    if not _umask() & 0o055:
+        return
+    for folder, dirs, files in os.walk(root):
+        for name in (folder, *(os.path.join(folder, d) for d in dirs)):
+            mode = os.lstat(name).st_mode
+            if stat.S_ISDIR(mode):
+                os.chmod(name, stat.S_IMODE(mode) | 0o055)
+        for name in files:
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                os.chmod(path, stat.S_IMODE(mode) | 0o044)
 
 
 def _filter_descriptor(role: Role, held: contextlib.ExitStack) -> int:

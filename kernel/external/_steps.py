@@ -399,6 +399,7 @@ def launch(
         step: HeldStep | None = None
         if containment is ContainmentLevel.SANDBOX:
             step = hold_step(role, entry, step_view(role, entry, attempt), parts, held,
+                             attempt_root=str(attempt.root),
                              evidence_bytes=limits.evidence_limit_bytes)
             environment = sandbox_environment(environment)
             if step.view.cgroup_procs:
