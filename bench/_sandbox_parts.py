@@ -12,9 +12,13 @@ interleaved round by round so that the machine's drift falls on all alike:
 - ``view+filter+uid``: a root kernel's chain, bubblewrap as root and
   ``setpriv`` to a step uid held by its lock (root only);
 
+- ``...+bounded output``: the same chain started in a holder's namespace
+  over a tmpfs output (``kernel.external._step_output``), the holder's
+  start and end and the copy-out of two 4 KiB declared artifacts included;
+
 and, apart, the kernel's own work around a step that the chain does not
 show: holding a step uid, lending and reclaiming an output directory of 20
-files. It prints the median wall per step of each and its ratio to
+files; making and removing a step cgroup (where one can be made). It prints the median wall per step of each and its ratio to
 ``legacy``. The views are those of a real step of this checkout (its
 interpreter, its venv and a pinned file are needed paths).
 """
@@ -36,6 +40,8 @@ import attrs
 from kernel.external._reclaim import lend, reclaim
 from kernel.external._sandbox import StepView, sandbox_prefix, sandbox_tools
 from kernel.external._seccomp import step_filter_bpf
+from kernel.external._step_cgroup import StepCgroup, cgroup_available
+from kernel.external._step_output import bounded_output, keep_declared
 from kernel.external._step_uids import acquire_step_uid, step_uid_range
 
 
@@ -84,7 +90,11 @@ def main() -> None:
         samples: dict[str, list[float]] = {"legacy": [], "view": [], "view+filter": []}
         if root:
             samples["view+filter+uid"] = []
+        full = "view+filter" + ("+uid" if root else "") + "+bounded output"
+        samples[full] = []
         samples["uid lock + lend + reclaim (20 files)"] = []
+        if cgroup_available():
+            samples["cgroup create + remove"] = []
         for _ in range(rounds):
             samples["legacy"].append(_time(_legacy_prefix(view)))
             samples["view"].append(_time(list(sandbox_prefix(view))))
@@ -104,8 +114,13 @@ def main() -> None:
                         reclaim(output, slot.uid)
                     finally:
                         os.close(fd)
+            samples[full].append(_bounded(view, output, root))
             samples["uid lock + lend + reclaim (20 files)"].append(
                 _around_a_step(output, root))
+            if "cgroup create + remove" in samples:
+                start = time.perf_counter()
+                StepCgroup.create(1024**3, 256).remove()
+                samples["cgroup create + remove"].append(time.perf_counter() - start)
     base = statistics.median(samples["legacy"])
     print(f"sandbox parts, {rounds} interleaved rounds, /bin/true per step "
           f"({'root: step uids' if root else 'ordinary user'})")
@@ -113,6 +128,35 @@ def main() -> None:
     for name, values in samples.items():
         median = statistics.median(values)
         print(f"{name:<42} {median * 1000:>10.2f} {median / base:>9.2f}x")
+
+
+def _bounded(view: StepView, output: Path, root: bool) -> float:
+    """The full chain in a holder's namespace, and two declared artifacts copied out."""
+    start = time.perf_counter()
+    with contextlib.ExitStack() as held:
+        uid = held.enter_context(acquire_step_uid(step_uid_range(os.environ))).uid if root \
+            else None
+        fd = _filter_fd()
+        held.callback(os.close, fd)
+        holder = held.enter_context(bounded_output(
+            str(output), size_bytes=1024**3, entries=4097, owner_uid=uid))
+        with tempfile.NamedTemporaryFile() as artifact:
+            artifact.write(b"x" * 4096)
+            artifact.flush()
+            for name in ("a.txt", "b.txt"):
+                holder.copy_in(Path(artifact.name), name)  # stands in for the step's writes
+        step = attrs.evolve(view, seccomp_fd=fd, step_uid=uid, output_holder=holder.pid)
+        done = subprocess.run([*sandbox_prefix(step), "/bin/true"], pass_fds=(fd,),
+                              check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if done.returncode != 0:
+            raise SystemExit(f"bounded output chain: exit {done.returncode}: "
+                             f"{done.stderr.decode()[-300:]}")
+        keep_declared(holder, output, ("a.txt", "b.txt"), artifact_limit=1024**2,
+                      total_limit=1024**3)
+    elapsed = time.perf_counter() - start
+    for path in output.iterdir():
+        path.unlink()
+    return elapsed
 
 
 def _around_a_step(output: Path, root: bool) -> float:
