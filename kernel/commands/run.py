@@ -116,6 +116,7 @@ from kernel.replay import (
     facts_for,
 )
 from kernel.serde import SerdeError, structure
+from kernel.text import escaped
 
 _HELP = """Run the main job: replay every attempt and certify targets with z3 -> cvc5.
 
@@ -355,8 +356,9 @@ def _root_cause(work_dir: Path) -> Callable[[int, str | None, ReplayAdapterOutco
                 with metadata.open("rb") as handle:
                     record = json.loads(handle.read(_METADATA_LIMIT))
                 if record.get("status") != "PASS":
-                    return (f"certification {record.get('status')}: "
-                            f"{record.get('reason')}: {record.get('detail')}")
+                    # Escaped again: the record may have been edited since.
+                    return escaped(f"certification {record.get('status')}: "
+                                   f"{record.get('reason')}: {record.get('detail')}")
             except (OSError, ValueError, AttributeError):
                 return "certification metadata unreadable"
         elif isinstance(outcome, ReplayAdapterResult) and any(

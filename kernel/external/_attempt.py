@@ -44,6 +44,7 @@ from kernel.external._settings import (
     Role,
 )
 from kernel.external.errors import ManifestError, RunDirectoryError
+from kernel.text import escaped
 
 __all__ = ["Attempt", "Block", "Recorder", "fresh_attempt", "require_utf8_path"]
 
@@ -90,6 +91,9 @@ class Recorder:
         # A detail can quote a path a command created with undecodable bytes
         # (an OSError's filename); the metadata is strict UTF-8, so escape them.
         detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
+        # It can also quote what a step wrote (a receipt's field, an error): the
+        # record holds no control character that a terminal printing it obeys.
+        detail = escaped(detail)
         return RunMetadata(
             metadata_schema_version=METADATA_SCHEMA_VERSION,
             run=RunIdentity(
