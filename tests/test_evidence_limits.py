@@ -125,16 +125,19 @@ def test_a_one_terabyte_sparse_artifact_is_blocked_before_it_is_hashed(tmp_path:
 
 
 def test_allocated_size_counts_where_the_apparent_size_is_zero(tmp_path: Path) -> None:
-    # fallocate with FALLOC_FL_KEEP_SIZE: 257 MiB of blocks, st_size 0.
+    # fallocate with FALLOC_FL_KEEP_SIZE: 65 MiB of blocks, st_size 0, against an
+    # artifact limit of 64 MiB. (The step's file-size limit, 256 MiB, bounds an
+    # allocation too where the output is a tmpfs, so the artifact limit is lowered.)
     producer = HONEST_PRODUCER + (
         "import ctypes\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]\n"
         "fd = os.open(os.path.join(evidence, 'proof.txt'), os.O_RDWR | os.O_TRUNC)\n"
-        f"assert libc.fallocate(fd, 1, 0, {257 * MIB}) == 0, ctypes.get_errno()\n"
+        f"assert libc.fallocate(fd, 1, 0, {65 * MIB}) == 0, ctypes.get_errno()\n"
     )
     scenario = Scenario(tmp_path, producer=producer)
-    metadata = _blocked(*_finish(_start_run(scenario), 60, "it started"))
+    run = _start_run(scenario, "--artifact-limit", str(64 * MIB))
+    metadata = _blocked(*_finish(run, 60, "it started"))
     assert metadata["reason"] == "artifact_too_large", metadata["detail"]
     assert "(apparent 0, allocated" in metadata["detail"]
 

@@ -11,7 +11,6 @@ setting they touch and use a benign sysctl, never ``core_pattern``.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from kernel.external import Reason, RunOutcome, Status
+from tests.support.processes import seen_by_some_process
 from tests.test_external_helpers import HONEST_PRODUCER, Scenario
 from tests.test_sandbox import WITNESS, witness
 
@@ -148,16 +148,6 @@ def test_no_secret_outside_the_view_reaches_the_run_store(tmp_path: Path) -> Non
             place.unlink(missing_ok=True)
 
 
-def _seen_by_some_process(path: Path) -> bool:
-    """Whether ``path`` exists for some process: a step's bounded output is a tmpfs
-    only its own mount namespace has (issue 34, finding 8), not the host."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if os.path.lexists(f"/proc/{pid}/root{path}"):
-                return True
-    return False
-
-
 def test_a_step_takes_no_uid_wide_inotify_quota_from_the_kernel(tmp_path: Path) -> None:
     # Finding 6: a producer held every inotify instance of uid 0 (128), and
     # inotify_init failed with EMFILE in every root process outside.
@@ -178,7 +168,7 @@ def test_a_step_takes_no_uid_wide_inotify_quota_from_the_kernel(tmp_path: Path) 
     runner.start()
     holding = scenario.run_root / "run-1" / "evidence" / "holding"
     deadline = time.monotonic() + 30
-    while not _seen_by_some_process(holding):
+    while not seen_by_some_process(holding):
         assert runner.is_alive() and time.monotonic() < deadline, "the producer never held"
         time.sleep(0.02)
     libc = ctypes.CDLL(None, use_errno=True)

@@ -43,6 +43,7 @@ __all__ = [
     "live_pids",
     "new_processes",
     "processes_mentioning",
+    "seen_by_some_process",
     "stat",
 ]
 
@@ -284,3 +285,14 @@ def communicate_while_killing(
         stop.set()
         killer.join()
     return stderr
+
+
+def seen_by_some_process(path: Path | str) -> bool:
+    """Whether ``path`` exists for some process of the machine, in its own mount
+    namespace: a sandboxed step's bounded output is a tmpfs that only its holder's
+    namespace has (ADR 0021), so the host never sees what the step writes there."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.path.lexists(f"/proc/{pid}/root{path}"):
+                return True
+    return False
