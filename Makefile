@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test lint typecheck unit demo interrupts fuzz clean package node sandbox-tools vectors schemas
+.PHONY: help venv test lint typecheck unit demo interrupts interrupts-loop fuzz clean package node sandbox-tools vectors schemas
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -93,6 +93,23 @@ demo: $(STAMP) sandbox-tools  ## the reference scenario and the main job (kernel
 
 interrupts: $(STAMP) sandbox-tools  ## SIGINT/SIGTERM to kernel run and kernel replay on a pool and on Dask, 40 tries each at varied moments; a launching kernel SIGKILLed at 200 moments per containment level
 	KERNEL_INTERRUPT_TRIES=$${KERNEL_INTERRUPT_TRIES:-40} KERNEL_LAUNCH_KILLS=$${KERNEL_LAUNCH_KILLS:-200} $(BIN)/pytest -q -p no:cacheprovider tests/test_cli_interrupts.py tests/test_containment.py -k 'interrupted or signal or killed_at_any_moment'
+
+# Every signal, kill and race test (issue 35, item 11), INTERRUPT_LOOPS times in
+# a row, each test once a round (the tests' own inner loops cut to one try),
+# stopping at the first failure: a flake shows as a round number.
+SIGNAL_TESTS := tests/test_cli_interrupts.py tests/test_cli_newcomer.py tests/test_cli_run_resume.py \
+  tests/test_containment.py tests/test_evidence_limits.py tests/test_evidence_store.py \
+  tests/test_evidence_store_run.py tests/test_external_process.py tests/test_orchestrate_cluster.py \
+  tests/test_orchestrate_driver.py tests/test_orchestrate_scale.py tests/test_pool_spawn_signals.py \
+  tests/test_redteam_external.py tests/test_replay_sharded.py tests/test_run_sharded.py \
+  tests/test_shard_workers.py tests/test_signals_in_finalizers.py
+SIGNAL_K := kill or signal or sigterm or sigint or ctrl_c or interrupt or dies or dying or lost or forged_self_consistent
+INTERRUPT_LOOPS ?= 50
+interrupts-loop: $(STAMP) sandbox-tools  ## every signal, kill and race test INTERRUPT_LOOPS (50) times in a row, stopping at the first failure (hours)
+	@for i in $$(seq 1 $(INTERRUPT_LOOPS)); do echo "== round $$i of $(INTERRUPT_LOOPS)"; \
+	  KERNEL_INTERRUPT_TRIES=1 KERNEL_LAUNCH_KILLS=20 $(BIN)/pytest -q -p no:cacheprovider -x \
+	    $(SIGNAL_TESTS) -k '$(SIGNAL_K)' || { echo "interrupts-loop: round $$i failed" >&2; exit 1; }; \
+	done; echo "interrupts-loop: $(INTERRUPT_LOOPS) rounds passed"
 
 fuzz: $(STAMP)  ## long property runs (Hypothesis profile "deep"; the checker tests widen their corpora)
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider
