@@ -69,6 +69,7 @@ from kernel.external._seccomp import step_filter_bpf
 from kernel.external._step_cgroup import cgroup_shortfall
 from kernel.external._step_output import bounded_output_shortfall
 from kernel.external._step_uids import acquire_step_uid, step_uid_range
+from kernel.external._tools import system_tool
 
 __all__ = [
     "ContainmentLevel",
@@ -85,7 +86,6 @@ __all__ = [
     "seal_copy",
 ]
 
-_TOOL_DIRS: Final = ("/usr/bin", "/bin")
 _PROBE_TIMEOUT_SECONDS: Final = 10.0
 _CHUNK: Final = 1024 * 1024
 
@@ -158,16 +158,8 @@ def available_parts() -> frozenset[ContainmentPart]:
     return frozenset(part for part in ContainmentPart if part_shortfall(part) is None)
 
 
-def _tool(name: str) -> str | None:
-    for directory in _TOOL_DIRS:
-        candidate = os.path.join(directory, name)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
 def _namespace_prefix() -> tuple[str, ...] | None:
-    setpriv, unshare = _tool("setpriv"), _tool("unshare")
+    setpriv, unshare = system_tool("setpriv"), system_tool("unshare")
     if setpriv is None or unshare is None:
         return None
     return (
@@ -179,7 +171,7 @@ def _namespace_prefix() -> tuple[str, ...] | None:
 @functools.cache
 def _namespaces_work() -> bool:
     prefix = _namespace_prefix()
-    true = _tool("true")
+    true = system_tool("true")
     if prefix is None or true is None or not hasattr(os, "memfd_create"):
         return False
     try:
@@ -200,7 +192,7 @@ def _namespaces_work() -> bool:
 @functools.cache
 def _sandbox_works() -> bool:
     """The whole sandbox chain runs ``/bin/true`` in a view of a fresh directory."""
-    true = _tool("true")
+    true = system_tool("true")
     if sandbox_tools() is None or true is None or not hasattr(os, "memfd_create"):
         return False
     try:
@@ -244,7 +236,7 @@ def sandbox_shortfall() -> str | None:
     """
     if _sandbox_works():
         return None
-    missing = [name for name in ("bwrap", "setpriv", "prlimit") if _tool(name) is None]
+    missing = [name for name in ("bwrap", "setpriv", "prlimit") if system_tool(name) is None]
     if "bwrap" in missing:
         return ("bubblewrap is not installed in /usr/bin or /bin: install it "
                 "(Debian and Ubuntu: apt-get install bubblewrap)")

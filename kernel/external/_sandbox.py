@@ -38,6 +38,7 @@ from typing import Final, final
 import attrs
 
 from kernel.external._step_output import holder_prefix
+from kernel.external._tools import system_tool
 from kernel.serde import OPTIONAL_ON_INPUT
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
     "sandbox_tools",
 ]
 
-_TOOL_DIRS: Final = ("/usr/bin", "/bin")
 #: The directory a sandboxed step gets as a private tmpfs (and as HOME, TMPDIR).
 MASKED_ROOT: Final = "/tmp"
 #: The system directories every step sees read-only (a merged-/usr symlink stays a symlink).
@@ -270,17 +270,9 @@ def _resolved(path: str) -> str:
     )
 
 
-def _tool(name: str) -> str | None:
-    for directory in _TOOL_DIRS:
-        candidate = os.path.join(directory, name)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
 def sandbox_tools() -> tuple[str, str, str] | None:
     """``setpriv``, ``prlimit``, ``bwrap`` from ``/usr/bin`` or ``/bin``; None if one is absent."""
-    setpriv, prlimit, bwrap = _tool("setpriv"), _tool("prlimit"), _tool("bwrap")
+    setpriv, prlimit, bwrap = system_tool("setpriv"), system_tool("prlimit"), system_tool("bwrap")
     if setpriv is None or prlimit is None or bwrap is None:
         return None
     return setpriv, prlimit, bwrap

@@ -46,6 +46,8 @@ from typing import Final, final
 
 import attrs
 
+from kernel.external._tools import system_tool
+
 __all__ = [
     "OutputHolder",
     "OutputUnavailableError",
@@ -55,7 +57,6 @@ __all__ = [
     "keep_declared",
 ]
 
-_TOOL_DIRS: Final = ("/usr/bin", "/bin")
 _READY_TIMEOUT_SECONDS: Final = 10.0
 _CHUNK: Final = 1024 * 1024
 # $1 the mount point, $2 the options. The shell stays as the holder, blocked in
@@ -69,17 +70,9 @@ class OutputUnavailableError(OSError):
     """No bounded output directory can be made here (the tools, or the namespaces)."""
 
 
-def _tool(name: str) -> str | None:
-    for directory in _TOOL_DIRS:
-        candidate = os.path.join(directory, name)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
 def _tools() -> tuple[str, str, str]:
-    unshare, nsenter, shell = _tool("unshare"), _tool("nsenter"), _tool("sh")
-    if unshare is None or nsenter is None or shell is None or _tool("mount") is None:
+    unshare, nsenter, shell = system_tool("unshare"), system_tool("nsenter"), system_tool("sh")
+    if unshare is None or nsenter is None or shell is None or system_tool("mount") is None:
         raise OutputUnavailableError(
             "unshare, nsenter, mount or sh is not in /usr/bin or /bin (util-linux)")
     return unshare, nsenter, shell
