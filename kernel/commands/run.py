@@ -80,7 +80,12 @@ from kernel.commands._sharded import (
 )
 from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
 from kernel.commands._verdict import EXIT_INTEGRITY
-from kernel.commands._work_dir import check_fresh_work_dir, check_utf8_work_dir, holds_nothing
+from kernel.commands._work_dir import (
+    check_fresh_work_dir,
+    check_utf8_work_dir,
+    holds_nothing,
+    refuse_output_in_work_dir,
+)
 from kernel.external import (
     MAX_DEADLINE_SECONDS,
     ContainmentLevel,
@@ -525,6 +530,7 @@ def register(app: typer.Typer) -> None:
                    f"{MAX_DEADLINE_SECONDS} seconds (7 days), got {deadline}")
         spec = executor_spec(executor, workers, scheduler, connect_timeout)
         refuse_output_is_input(out, bundle_path, work_dir / OUTCOMES_FILE)
+        refuse_output_in_work_dir(out, work_dir)
         copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)
         sharded = spec.kind is not ExecutorKind.INLINE
         attempts: Iterator[Attempt] = iter(())
