@@ -15,6 +15,8 @@ Exit codes shared by every command (README "Exit codes", adr/0013):
 - 2: usage error or input refused at the boundary, as one line
   ``error: <code>: <message>`` on stderr, never a traceback;
 - 3: integrity: the input is not what was recorded (identity mismatch);
+- 4: the environment stopped it: a full disk, an I/O error, a read-only
+  filesystem, a missing sandbox tool; one line, no partial output;
 - 130 / 143: interrupted by SIGINT / SIGTERM (an unfinished output file is removed);
 - 141: stdout was closed by its reader (``| head``): the output is incomplete.
 """
@@ -57,7 +59,9 @@ _HELP: Final = (
     "replay-kernel: fail-closed candidate replay and verification.\n\n"
     "Exit codes: 0 intact and the policy holds; 1 negative verdict (--fail-on, BLOCKED); "
     "2 usage error or input refused at the boundary; 3 integrity (the input is not what "
-    "was recorded); 130/143 interrupted (SIGINT/SIGTERM); 141 stdout closed early "
+    "was recorded); 4 the environment stopped it (disk full, I/O error, read-only "
+    "filesystem, no sandbox tools): retry elsewhere; 130/143 interrupted (SIGINT/SIGTERM); "
+    "141 stdout closed early "
     "(| head): output incomplete. Errors are one line 'error: <code>: <message>' on "
     "stderr.\n\n"
     "Paths: - is stdin (input) or stdout (--out). Each command's --help gives its input, "
@@ -220,6 +224,18 @@ def _build_app() -> typer.Typer:
                 click.echo("error: broken_pipe: stdout was closed by its reader; the output "
                            "is incomplete", err=True)
                 raise typer.Exit(_signals.EXIT_SIGPIPE) from None
+            except OSError as exc:
+                # A write the machine could not complete, wherever it was (a work
+                # directory's record, a store): exit 4, one line, never a traceback.
+                from kernel.commands._io import ENVIRONMENT_EXIT, environment_code
+
+                cause = environment_code(exc)
+                if cause is None:
+                    raise
+                where = f"{exc.filename}: " if exc.filename else ""
+                click.echo(f"error: {cause}: {where}{exc.strerror or exc}; the command could "
+                           "not complete", err=True)
+                raise typer.Exit(ENVIRONMENT_EXIT) from None
 
         def main(self, *args: Any, **kwargs: Any) -> Any:
             standalone = kwargs.pop("standalone_mode", True)

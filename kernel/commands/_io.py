@@ -19,12 +19,17 @@ Outputs never destroy what they point at (adr/0013, "Outputs"):
   (``output_not_writable``, exit 2);
 - an output that is one of the command's inputs (the same file by device and
   inode, or by real path) is refused before anything runs
-  (``output_is_input``, exit 2).
+  (``output_is_input``, exit 2);
+- a write the machine cannot complete (a full disk or quota, an I/O error, a
+  read-only filesystem) is the environment's failure, not the input's nor a
+  verdict: ``error: no_space|io_error|read_only_filesystem: ...``, exit 4
+  (``ENVIRONMENT_EXIT``), and the partial file is removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -39,6 +44,15 @@ from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, loads
 
 T = TypeVar("T")
 STDIO = "-"
+#: The exit code of a command its environment stopped (adr/0013): never 1 (a
+#: verdict), 2 (the input) or 3 (integrity), so a pipeline retries elsewhere.
+ENVIRONMENT_EXIT = 4
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: "no_space",
+    errno.EDQUOT: "no_space",
+    errno.EIO: "io_error",
+    errno.EROFS: "read_only_filesystem",
+}
 _stream_bytes: dict[tuple[str, int], bytes] = {}
 
 
@@ -46,6 +60,22 @@ def refuse(code: str, message: str, *, exit_code: int = 2) -> NoReturn:
     """Print ``error: <code>: <message>`` on stderr and exit (2: input refused)."""
     typer.echo(f"error: {code}: {message}", err=True)
     raise typer.Exit(exit_code)
+
+
+def environment_code(exc: BaseException) -> str | None:
+    """The stable code of an ``OSError`` the machine caused (a full disk, an I/O
+    error, a read-only filesystem); None for any other error."""
+    return _ENVIRONMENT_ERRNOS.get(exc.errno) if isinstance(exc, OSError) and exc.errno else None
+
+
+def refuse_write(path: Path | str, exc: OSError, *, label: str = "") -> NoReturn:
+    """One line for a write that failed: the environment's (exit 4), else ``unwritable_output``."""
+    where = f"{label} {path}" if label else str(path)
+    code = environment_code(exc)
+    if code is not None:
+        refuse(code, f"{where}: {exc.strerror or exc}; nothing was written there",
+               exit_code=ENVIRONMENT_EXIT)
+    refuse("unwritable_output", f"{where}: {exc.strerror or exc}")
 
 
 def is_stdio(path: Path | str | None) -> bool:
@@ -298,7 +328,7 @@ class OutputFile:
         try:
             fd, self._tmp = tempfile.mkstemp(prefix=f".{self._target.name}.", dir=directory)
         except OSError as exc:
-            refuse("unwritable_output", f"{path}: {exc.strerror or exc}")
+            refuse_write(path, exc)
         if not secret:
             os.fchmod(fd, 0o666 & ~_umask())
         self._handle = os.fdopen(fd, "wb")
@@ -323,7 +353,7 @@ class OutputFile:
             refuse("unwritable_output", f"{self.path}: broken pipe")
         except OSError as exc:
             self.discard()
-            refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")
+            refuse_write(self.path, exc)
 
     def commit(self) -> None:
         if self._stdout:
@@ -333,7 +363,7 @@ class OutputFile:
             try:
                 self._handle.close()  # flushes; a device or FIFO has nothing to fsync
             except OSError as exc:
-                refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")
+                refuse_write(self.path, exc)
             self._through = False
             return
         if self._tmp is None:
@@ -345,7 +375,7 @@ class OutputFile:
             os.replace(self._tmp, self._target)
         except OSError as exc:
             self.discard()
-            refuse("unwritable_output", f"{self.path}: {exc.strerror or exc}")
+            refuse_write(self.path, exc)
         self._tmp = None
 
     def discard(self) -> None:
@@ -354,8 +384,12 @@ class OutputFile:
             with contextlib.suppress(OSError):  # the reader left; nothing to undo
                 self._handle.close()
         if self._tmp is not None:
-            self._handle.close()
-            Path(self._tmp).unlink(missing_ok=True)
+            # Closing flushes what is buffered, which fails again on a full disk:
+            # the file goes anyway, and the first error is the one reported.
+            with contextlib.suppress(OSError):
+                self._handle.close()
+            with contextlib.suppress(OSError):
+                Path(self._tmp).unlink(missing_ok=True)
             self._tmp = None
 
     def __enter__(self) -> OutputFile:

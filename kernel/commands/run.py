@@ -52,7 +52,7 @@ import typer
 
 from kernel.audit import BUNDLE_COPY, BUNDLE_STREAM_COPY, StoredCertifications
 from kernel.bundles import BundleStreamError, ReadyAttempt, outcome_line
-from kernel.commands._io import refuse, refuse_output_is_input
+from kernel.commands._io import ENVIRONMENT_EXIT, refuse, refuse_output_is_input
 from kernel.commands._outcomes import (
     Attempt,
     BundleCopy,
@@ -568,7 +568,7 @@ def register(app: typer.Typer) -> None:
             shortfall = sandbox_shortfall()
             if shortfall is not None:
                 refuse("sandbox_unavailable", f"certification runs every step in a "
-                       f"sandbox: {shortfall}")
+                       f"sandbox: {shortfall}", exit_code=ENVIRONMENT_EXIT)
         root = work_dir.absolute()
         logger = logging.getLogger("kernel.orchestrate")
         # --quiet still needs a handler, or logging's last resort prints the notes.
