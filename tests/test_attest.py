@@ -159,6 +159,20 @@ def test_audit_verify_key_accepts_the_signed_intact_run(
     assert report["intact"] is True
 
 
+def test_verify_key_without_the_outcomes_it_needs_is_a_usage_error_not_not_intact(
+    work: tuple[Path, Path], keys: tuple[Path, Path, Path]
+) -> None:
+    # Issue 35, finding 10: this used to exit 3, "NOT intact", for a missing argument.
+    work_dir, outcomes = work
+    private, public, _ = keys
+    _attest(work_dir, outcomes, private)
+    done = kernel("audit", work_dir, "--verify-key", public)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error: outcomes_required: "), done.stderr
+    assert "--outcomes" in done.stderr and done.stderr.count("\n") == 1
+    assert "NOT intact" not in done.stdout
+
+
 def test_a_wrong_key_is_refused(work: tuple[Path, Path], keys: tuple[Path, Path, Path]) -> None:
     work_dir, outcomes = work
     private, _, other = keys

@@ -483,8 +483,12 @@ def _check_subjects(
             # The subject binds the file's bytes by digest; its name is only a
             # label, so a copy under another name verifies (issue 20).
             if outcomes is None:
-                problems.append(f"subject {name}: pass the outcomes file with --outcomes")
-                continue
+                # A missing argument, not a finding about the run: refused (exit 2),
+                # never "NOT intact" (issue 35, finding 10).
+                raise AttestationError(
+                    "outcomes_required",
+                    f"the attestation names the outcomes file {name!r} as a subject: "
+                    "pass that file with --outcomes to verify it")
             path = outcomes
         else:
             path = root / name
