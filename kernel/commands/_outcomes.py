@@ -364,6 +364,14 @@ FailOnOption = Annotated[list[str] | None, typer.Option(
          "authorities did not classify: every refusal, every unavailable outcome). "
          "integrity (exit 3) is always selected: --fail-on integrity fails on tampering "
          "only. See README 'Exit codes'.")]
+#: ``kernel attest``'s --fail-on: the same classes and default as kernel run's, but
+#: attest never exits 1: the classes decide the summary's verificationResult.
+AttestFailOnOption = Annotated[list[str] | None, typer.Option(
+    "--fail-on", metavar="CLASS[,CLASS]", autocompletion=complete_fail_on,
+    help=f"The summary says FAILED when an outcome falls in CLASS ({FAIL_ON_CHOICES}), "
+         "PASSED otherwise: PASSED exactly when kernel run with the same --fail-on exits 0. "
+         "Repeatable or comma-separated; the default is kernel run's, unclassified; "
+         "integrity is always selected. The command itself exits 0 once it has signed.")]
 QuietOption = Annotated[bool, typer.Option(
     "--quiet", "-q", help="No summary, verdict line, progress bar or notes on stderr.")]
 VerboseOption = Annotated[bool, typer.Option(

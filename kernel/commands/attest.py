@@ -35,7 +35,7 @@ from kernel.commands._io import (
     refuse_unless_replaceable,
     write_atomically,
 )
-from kernel.commands._outcomes import FailOnOption, fail_on_classes
+from kernel.commands._outcomes import AttestFailOnOption, fail_on_classes
 from kernel.commands._verdict import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, FailOn, Tally
 from kernel.replay import (
     ReplayAdapterOutcome,
@@ -172,7 +172,7 @@ def register(app: typer.Typer) -> None:
             "-o", "--out", metavar="FILE",
             help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}); the "
                  f"verification summary goes beside it ({SUMMARY_FILE}).")] = None,
-        fail_on: FailOnOption = None,
+        fail_on: AttestFailOnOption = None,
     ) -> None:
         # The one default kernel run takes too (fail_on_classes' own): the summary
         # says PASSED only where kernel run --fail-on the same would exit 0.

@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
             help=f"The envelope to verify (default RUN_DIR/{ATTESTATION_FILE}); the "
                  f"verification summary beside it ({SUMMARY_FILE}) is verified too.")] = None,
         output_format: Annotated[OutputFormat, typer.Option(
-            "--format", help="text (one line per mismatch and a verdict) or json.")
+            "--format", "-f", help="text (one line per mismatch and a verdict) or json.")
         ] = OutputFormat.TEXT,
     ) -> None:
         refuse_stdio(RUN_DIR=run_dir, verify_key=verify_key, attestation=attestation)

@@ -1,0 +1,79 @@
+"""One vocabulary of options across the commands (issue 35, finding 8).
+
+Walks every command (``kernel check`` and its subcommands included) as click
+builds it and fails on an inconsistency a new option could bring: an
+``--out`` without ``-o``, a ``--format`` without ``-f``, a ``--quiet``
+without ``-q``, or one long option with different short forms in two
+commands. The checker is run on a made-up command first, so the test is
+known to catch what it claims to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import typer
+from typer import core
+from typer._click import core as click  # the click typer builds on (its own copy)
+
+from kernel import cli
+
+#: A long option and the short form it must have wherever it appears.
+SHORT_OF = {"--out": "-o", "--format": "-f", "--quiet": "-q"}
+
+
+def _commands(group: click.Command, path: str = "kernel") -> Iterator[tuple[str, click.Command]]:
+    yield path, group
+    if isinstance(group, core.TyperGroup):
+        context = click.Context(group)
+        for name in group.list_commands(context):
+            command = group.get_command(context, name)
+            assert command is not None, name
+            yield from _commands(command, f"{path} {name}")
+
+
+def inconsistencies(commands: list[tuple[str, click.Command]]) -> list[str]:
+    """Every breach of the vocabulary among ``commands``, as readable lines."""
+    found: list[str] = []
+    checked: set[str] = set()
+    shorts: dict[str, dict[frozenset[str], list[str]]] = {}
+    for path, command in commands:
+        for param in command.params:
+            if not isinstance(param, core.TyperOption):
+                continue  # an argument
+            checked.add(path)
+            longs = [o for o in (*param.opts, *param.secondary_opts) if o.startswith("--")]
+            short = frozenset(o for o in param.opts if not o.startswith("--"))
+            for long in longs:
+                wanted = SHORT_OF.get(long)
+                if wanted is not None and wanted not in short:
+                    found.append(f"{path}: {long} without {wanted}")
+                shorts.setdefault(long, {}).setdefault(short, []).append(path)
+    for long, forms in sorted(shorts.items()):
+        if len(forms) > 1:
+            found.append(f"{long} has different short forms: "
+                         + "; ".join(f"{sorted(k) or 'none'} in {v}" for k, v in forms.items()))
+    if not checked:
+        found.append("no option was seen at all: the walk checked nothing")
+    return found
+
+
+def test_the_checker_catches_an_out_without_o_and_a_short_form_that_differs() -> None:
+    made_up = core.TyperCommand("made-up", params=[
+        core.TyperOption(param_decls=["--out"]),
+        core.TyperOption(param_decls=["--format", "-F"])])
+    other = core.TyperCommand("other", params=[core.TyperOption(param_decls=["--format", "-f"])])
+    found = inconsistencies([("made-up", made_up), ("other", other)])
+    assert "made-up: --out without -o" in found
+    assert "made-up: --format without -f" in found
+    assert any(line.startswith("--format has different short forms") for line in found)
+    assert inconsistencies([("other", other)]) == []
+    assert inconsistencies([]) == ["no option was seen at all: the walk checked nothing"]
+
+
+def test_every_command_speaks_the_same_options() -> None:
+    app = cli.__getattr__("app")
+    assert isinstance(app, typer.Typer)
+    commands = list(_commands(typer.main.get_command(app)))
+    assert len(commands) > 10  # every command was reached, check's subcommands too
+    assert inconsistencies(commands) == []
