@@ -11,12 +11,15 @@ known to catch what it claims to.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import typer
 from typer import core
 from typer._click import core as click  # the click typer builds on (its own copy)
 
 from kernel import cli
+from tests.orchestrate_helpers import ROOT
+from tests.support.cli import kernel
 
 #: A long option and the short form it must have wherever it appears.
 SHORT_OF = {"--out": "-o", "--format": "-f", "--quiet": "-q"}
@@ -77,3 +80,14 @@ def test_every_command_speaks_the_same_options() -> None:
     commands = list(_commands(typer.main.get_command(app)))
     assert len(commands) > 10  # every command was reached, check's subcommands too
     assert inconsistencies(commands) == []
+
+
+def test_workers_alone_means_a_process_pool_in_run_as_in_replay(tmp_path: Path) -> None:
+    # kernel run --workers 2 used to fail with option_conflict where replay took it.
+    bundle = ROOT / "examples" / "replay" / "bundle.json"
+    run = kernel("run", bundle, "--work-dir", tmp_path / "W", "--workers", "2", "-q",
+                 "-o", tmp_path / "run.jsonl")
+    replay = kernel("replay", bundle, "--workers", "2", "-q", "-o", tmp_path / "replay.jsonl")
+    assert "option_conflict" not in run.stderr + replay.stderr
+    assert run.returncode == replay.returncode == 3, run.stderr + replay.stderr  # the tampered one
+    assert (tmp_path / "W" / "outcomes.jsonl").read_bytes() == (tmp_path / "run.jsonl").read_bytes()

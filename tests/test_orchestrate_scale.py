@@ -510,7 +510,8 @@ def test_kernel_run_on_a_running_scheduler_writes_the_inline_bytes(
         (["--executor", "process", "--workers", "two"], "invalid_worker_count"),
         (["--executor", "process", "--workers", str(MAX_WORKERS + 1)], "invalid_worker_count"),
         (["--executor", "threads"], "unknown_executor"),
-        (["--workers", "2"], "option_conflict"),
+        # (--workers 2 alone means a process pool, as for kernel replay: issue 35, item 8)
+        (["--executor", "inline", "--workers", "2"], "option_conflict"),
         (["--executor", "process", "--scheduler", "tcp://h:1"], "option_conflict"),
         (["--executor", "dask", "--scheduler", "tcp://h:1", "--workers", "2"], "option_conflict"),
         (["--executor", "dask", "--scheduler", "nonsense"], "scheduler_unreachable"),

@@ -493,12 +493,13 @@ def register(app: typer.Typer) -> None:
             "--deadline", metavar="SECONDS",
             help="Deadline for each producer and each checker run, in seconds: more than 0, "
                  "at most 604800 (7 days).")] = 60.0,
-        executor: Annotated[str, typer.Option(
+        executor: Annotated[str | None, typer.Option(
             "--executor", metavar=f"[{EXECUTOR_NAMES}]", autocompletion=complete_executor,
-            help="Where certifications run: inline (this process, one after the other), "
-                 "process (a local process pool) or dask (Dask distributed); with process "
-                 "or dask the pure steps run on workers too, in shards. "
-                 "Output bytes are the same for every choice.")] = "inline",
+            help="Where certifications run: inline (this process, one after the other; the "
+                 "default), process (a local process pool) or dask (Dask distributed); "
+                 "--workers N alone means process, --scheduler alone dask, as for kernel "
+                 "replay. With process or dask the pure steps run on workers too, in "
+                 "shards. Output bytes are the same for every choice.")] = None,
         workers: Annotated[str | None, typer.Option(
             "--workers", metavar="N",
             help="Processes for --executor process, or local Dask workers for --executor "
