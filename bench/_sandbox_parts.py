@@ -18,9 +18,10 @@ interleaved round by round so that the machine's drift falls on all alike:
 
 and, apart, the kernel's own work around a step that the chain does not
 show: holding a step uid, lending and reclaiming an output directory of 20
-files; making and removing a step cgroup (where one can be made). It prints the median wall per step of each and its ratio to
-``legacy``. The views are those of a real step of this checkout (its
-interpreter, its venv and a pinned file are needed paths).
+files; making and removing a step cgroup (where one can be made). It
+prints the median wall per step of each and its ratio to ``legacy``. The
+views are those of a real step of this checkout (its interpreter, its venv
+and a pinned file are needed paths).
 """
 
 from __future__ import annotations
