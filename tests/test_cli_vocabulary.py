@@ -3,13 +3,16 @@
 Walks every command (``kernel check`` and its subcommands included) as click
 builds it and fails on an inconsistency a new option could bring: an
 ``--out`` without ``-o``, a ``--format`` without ``-f``, a ``--quiet``
-without ``-q``, or one long option with different short forms in two
-commands. The checker is run on a made-up command first, so the test is
-known to catch what it claims to.
+without ``-q``, a ``--json`` that is not an alias beside ``--format``, a
+command that writes (``--out``) or has formats but no ``--quiet``, or one
+long option with different short forms in two commands. The checker is
+run on made-up commands first, so the test is known to catch what it
+claims to.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +44,11 @@ def inconsistencies(commands: list[tuple[str, click.Command]]) -> list[str]:
     checked: set[str] = set()
     shorts: dict[str, dict[frozenset[str], list[str]]] = {}
     for path, command in commands:
+        options = {o for p in command.params if isinstance(p, core.TyperOption) for o in p.opts}
+        if "--json" in options and "--format" not in options:
+            found.append(f"{path}: --json without --format (it is an alias of -f json)")
+        if options & {"--out", "--format"} and "--quiet" not in options:
+            found.append(f"{path}: prints a summary or an output but has no --quiet")
         for param in command.params:
             if not isinstance(param, core.TyperOption):
                 continue  # an argument
@@ -65,10 +73,15 @@ def test_the_checker_catches_an_out_without_o_and_a_short_form_that_differs() ->
     made_up = core.TyperCommand("made-up", params=[
         core.TyperOption(param_decls=["--out"]),
         core.TyperOption(param_decls=["--format", "-F"])])
-    other = core.TyperCommand("other", params=[core.TyperOption(param_decls=["--format", "-f"])])
-    found = inconsistencies([("made-up", made_up), ("other", other)])
+    other = core.TyperCommand("other", params=[
+        core.TyperOption(param_decls=["--format", "-f"]),
+        core.TyperOption(param_decls=["--quiet", "-q"])])
+    json_only = core.TyperCommand("json-only", params=[core.TyperOption(param_decls=["--json"])])
+    found = inconsistencies([("made-up", made_up), ("other", other), ("json-only", json_only)])
     assert "made-up: --out without -o" in found
     assert "made-up: --format without -f" in found
+    assert "made-up: prints a summary or an output but has no --quiet" in found
+    assert "json-only: --json without --format (it is an alias of -f json)" in found
     assert any(line.startswith("--format has different short forms") for line in found)
     assert inconsistencies([("other", other)]) == []
     assert inconsistencies([]) == ["no option was seen at all: the walk checked nothing"]
@@ -91,3 +104,40 @@ def test_workers_alone_means_a_process_pool_in_run_as_in_replay(tmp_path: Path) 
     assert "option_conflict" not in run.stderr + replay.stderr
     assert run.returncode == replay.returncode == 3, run.stderr + replay.stderr  # the tampered one
     assert (tmp_path / "W" / "outcomes.jsonl").read_bytes() == (tmp_path / "run.jsonl").read_bytes()
+
+
+def test_digest_json_is_an_alias_of_format_json_and_quiet_prints_nothing() -> None:
+    chain = ROOT / "examples" / "replay" / "chain.json"
+    alias, long, text = (kernel("digest", chain, *flags) for flags in
+                         (["--json"], ["-f", "json"], []))
+    assert alias.returncode == long.returncode == text.returncode == 0
+    assert alias.stdout == long.stdout != text.stdout
+    assert all(json.loads(line)["ok"] for line in alias.stdout.splitlines())
+    quiet = kernel("digest", chain, "-q")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    both = kernel("digest", chain, "--json", "-f", "text")
+    assert both.returncode == 2 and "option_conflict" in both.stderr
+
+
+def test_audit_and_attest_take_q_and_audit_q_keeps_the_verdict_in_its_exit_code(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "W"
+    bundle = ROOT / "examples" / "replay" / "bundle.json"
+    kernel("run", bundle, "--work-dir", work, "-q", "-o", tmp_path / "o.jsonl")
+    loud, quiet = kernel("audit", work), kernel("audit", work, "-q")
+    assert loud.returncode == quiet.returncode == 0, loud.stdout + loud.stderr
+    assert "intact" in loud.stdout and (quiet.stdout, quiet.stderr) == ("", "")
+    lines = (work / "outcomes.jsonl").read_bytes()
+    (work / "outcomes.jsonl").write_bytes(lines.replace(b'"candidate_', b'"candidatx_', 1))
+    tampered = kernel("audit", work, "-q")
+    assert (tampered.returncode, tampered.stdout) == (3, "")
+    conflict = kernel("audit", work, "-q", "-f", "json")
+    assert conflict.returncode == 2 and "option_conflict" in conflict.stderr
+    key = tmp_path / "k.pem"
+    assert kernel("attest-keygen", key, tmp_path / "k.pub").returncode == 0
+    fresh = tmp_path / "F"
+    kernel("run", bundle, "--work-dir", fresh, "-q", "-o", tmp_path / "f.jsonl")
+    signed = kernel("attest", fresh, "--key", key, "-q", "--fail-on", "integrity")
+    assert (signed.returncode, signed.stdout) == (0, ""), signed.stderr
+    assert (fresh / "attestation.dsse.json").is_file()

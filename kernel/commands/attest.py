@@ -173,6 +173,8 @@ def register(app: typer.Typer) -> None:
             help=f"Where to write the envelope (default RUN_DIR/{ATTESTATION_FILE}); the "
                  f"verification summary goes beside it ({SUMMARY_FILE}).")] = None,
         fail_on: AttestFailOnOption = None,
+        quiet: Annotated[bool, typer.Option(
+            "--quiet", "-q", help="Do not print the envelope's path on stdout.")] = False,
     ) -> None:
         # The one default kernel run takes too (fail_on_classes' own): the summary
         # says PASSED only where kernel run --fail-on the same would exit 0.
@@ -208,7 +210,8 @@ def register(app: typer.Typer) -> None:
             refuse(exc.code, exc.message)
         except OSError as exc:
             refuse("unwritable_output", f"{out or run_dir}: {exc.strerror or exc}")
-        typer.echo(str(target))  # the summary is beside it (summary_path)
+        if not quiet:
+            typer.echo(str(target))  # the summary is beside it (summary_path)
 
     @app.command("attest-keygen", help=_KEYGEN_HELP)
     def keygen_command(

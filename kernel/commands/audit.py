@@ -72,7 +72,7 @@ altered payload or signature, a subject changed; each is listed). Exit 1
 (a policy verdict) is not used: an audit has no policy to fail.
 
 Output: one line per mismatch and a verdict line on stdout (--format json:
-one document).
+one document; -q: nothing, the exit code says it).
 
 Example: kernel audit runs/1 --bundle bundle.json"""
 
@@ -132,7 +132,15 @@ def register(app: typer.Typer) -> None:
         output_format: Annotated[OutputFormat, typer.Option(
             "--format", "-f", help="text (one line per mismatch and a verdict) or json.")
         ] = OutputFormat.TEXT,
+        quiet: Annotated[bool, typer.Option(
+            "--quiet", "-q",
+            help="Print nothing on stdout: the exit code is the verdict (0 intact, 3 not, "
+                 "2 refused, whose error line still goes to stderr). Not with -f json.")
+        ] = False,
     ) -> None:
+        if quiet and output_format is OutputFormat.JSON:
+            refuse("option_conflict", "-q prints nothing and -f json prints the report: "
+                   "choose one")
         refuse_stdio(RUN_DIR=run_dir, verify_key=verify_key, attestation=attestation)
         with contextlib.ExitStack() as stack:
             if outcomes is not None and is_stdio(outcomes):
@@ -142,7 +150,7 @@ def register(app: typer.Typer) -> None:
                 outcomes = folder / "outcomes-from-stdin.jsonl"
                 with outcomes.open("wb") as kept:
                     shutil.copyfileobj(sys.stdin.buffer, kept)
-            _audit(run_dir, outcomes, bundle, verify_key, attestation, output_format)
+            _audit(run_dir, outcomes, bundle, verify_key, attestation, output_format, quiet)
 
     def _audit(
         run_dir: Path,
@@ -151,6 +159,7 @@ def register(app: typer.Typer) -> None:
         verify_key: Path | None,
         attestation: Path | None,
         output_format: OutputFormat,
+        quiet: bool,
     ) -> None:
         loaded = None
         if bundle is not None:
@@ -174,17 +183,19 @@ def register(app: typer.Typer) -> None:
                 )
             except AttestationError as exc:
                 refuse(exc.code, exc.message)
-        match output_format:
-            case OutputFormat.JSON:
-                document = report_document(report)
-                assert isinstance(document, dict)
-                if problems is not None:
-                    document["attestation"] = {"problems": list(problems), "verified": not problems}
-                    document["intact"] = report.intact and not problems
-                typer.echo(canonical_json(document).decode("utf-8"))
-            case OutputFormat.TEXT:
-                _print_text(report, problems)
-            case _:
-                assert_never(output_format)
+        if not quiet:
+            match output_format:
+                case OutputFormat.JSON:
+                    document = report_document(report)
+                    assert isinstance(document, dict)
+                    if problems is not None:
+                        document["attestation"] = {
+                            "problems": list(problems), "verified": not problems}
+                        document["intact"] = report.intact and not problems
+                    typer.echo(canonical_json(document).decode("utf-8"))
+                case OutputFormat.TEXT:
+                    _print_text(report, problems)
+                case _:
+                    assert_never(output_format)
         if not report.intact or problems:
             raise typer.Exit(EXIT_INTEGRITY)

@@ -12,10 +12,11 @@ integrity: at least one does not; 2 the file was refused at the boundary
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, assert_never
 
 import typer
 
@@ -38,6 +39,13 @@ from kernel.upstream import (
 )
 
 Row = tuple[str, str | None, str]
+
+
+class DigestFormat(enum.Enum):
+    """How the rows are printed."""
+
+    TEXT = "text"
+    JSON = "json"
 
 
 def chain_rows(chain: SearchChain, prefix: str = "") -> Iterator[Row]:
@@ -71,8 +79,16 @@ def register(app: typer.Typer) -> None:
     def digest_command(
         path: Annotated[Path, typer.Argument(
             help="A search chain or replay bundle (JSON); '-' for stdin.")],
-        as_json: Annotated[
-            bool, typer.Option("--json", help="One canonical JSON object per record.")
+        output_format: Annotated[DigestFormat | None, typer.Option(
+            "--format", "-f",
+            help="text (a line per record: ok or MISMATCH, the recomputed id, the record) "
+                 "or json (one canonical JSON object per record); default text.")] = None,
+        as_json: Annotated[bool, typer.Option(
+            "--json", help="The same as --format json (kept for scripts that use it).")
+        ] = False,
+        quiet: Annotated[bool, typer.Option(
+            "--quiet", "-q",
+            help="Print nothing; the exit code says it (0 every id reproduces, 3 not).")
         ] = False,
     ) -> None:
         """Recompute and print the identity of every record in a chain or bundle.
@@ -80,26 +96,37 @@ def register(app: typer.Typer) -> None:
         PATH is a search chain or a single-document replay bundle (JSON), or -
         for stdin; a bundle stream is refused (kernel replay reads streams, and
         recomputes the same ids). Output on stdout, one line per record:
-        ok or MISMATCH, the recomputed id, the record (--json: one object a line).
+        ok or MISMATCH, the recomputed id, the record (-f json, or --json: one
+        object a line with record, stored, recomputed, ok). The count of ids
+        that do not reproduce goes to stderr.
 
         Exit codes: 0 every stored id reproduces; 3 integrity: some id does not;
-        2 the file was refused at the boundary.
+        2 the file was refused at the boundary (or --json with -f text).
 
-        Example: kernel digest examples/replay/chain.json
+        Example: kernel digest examples/replay/chain.json -f json
         """
+        if as_json and output_format is DigestFormat.TEXT:
+            refuse("option_conflict", "--json is --format json; it cannot go with --format text")
+        chosen = DigestFormat.JSON if as_json else (output_format or DigestFormat.TEXT)
         rows = list(_rows_for(path))
         mismatches = 0
         for name, stored, recomputed in rows:
             ok = stored is None or stored == recomputed
             mismatches += not ok
-            if as_json:
-                typer.echo(json.dumps(
-                    {"record": name, "stored": stored, "recomputed": recomputed, "ok": ok},
-                    sort_keys=True, separators=(",", ":")))
-            else:
-                typer.echo(f"{'ok' if ok else 'MISMATCH':8} {recomputed}  {name}")
+            if quiet:
+                continue
+            match chosen:
+                case DigestFormat.JSON:
+                    typer.echo(json.dumps(
+                        {"record": name, "stored": stored, "recomputed": recomputed, "ok": ok},
+                        sort_keys=True, separators=(",", ":")))
+                case DigestFormat.TEXT:
+                    typer.echo(f"{'ok' if ok else 'MISMATCH':8} {recomputed}  {name}")
+                case _:
+                    assert_never(chosen)
         if mismatches:
-            typer.echo(f"{mismatches} of {len(rows)} identities do not reproduce", err=True)
+            if not quiet:
+                typer.echo(f"{mismatches} of {len(rows)} identities do not reproduce", err=True)
             raise typer.Exit(EXIT_INTEGRITY)
 
 

@@ -110,7 +110,13 @@ from kernel.orchestrate import (
     replay_requests,
 )
 from kernel.orchestrate._sharded_run import replay_shards
-from kernel.orchestrate._shards import ShardError, ShardRunner, shards_beside
+from kernel.orchestrate._shards import (
+    DEFAULT_SHARD_SIZE,
+    RUN_SHARD_SIZE,
+    ShardError,
+    ShardRunner,
+    shards_beside,
+)
 from kernel.organs import certified_manifest
 from kernel.replay import (
     AuthorityManifest,
@@ -207,11 +213,6 @@ _MANIFEST_ADVICE = ("kernel run certifies under certified.v1: seal the draft wit
                     "`kernel replay`)")
 
 
-
-# Attempts per shard for kernel run: from 50 up the per-shard cost is within the noise
-# (BENCHMARKS.md "Sharded replay"), and an interrupt discards at most the
-# certifications of the 2W + 1 shards in flight that were not yet recorded.
-_SHARD_SIZE = 50
 STATE_FILE = "run-state.json"
 OUTCOMES_FILE = "outcomes.jsonl"
 INTERRUPTED_FILE = "INTERRUPTED"
@@ -514,7 +515,9 @@ def register(app: typer.Typer) -> None:
         shard_size: Annotated[int | None, typer.Option(
             "--shard-size", metavar="N", min=1, max=MAX_SHARD_SIZE,
             help=f"Attempts per shard with --executor process or dask (default "
-                 f"{_SHARD_SIZE}): their pure steps run on the workers a shard at a "
+                 f"{RUN_SHARD_SIZE}, not replay's {DEFAULT_SHARD_SIZE}: a shard's outcome lines "
+                 "wait for its slowest certification, so smaller shards keep fewer "
+                 "waiting). Their pure steps run on the workers a shard at a "
                  "time. Output bytes are the same for every size.")] = None,
         evidence_store: Annotated[Path | None, typer.Option(
             "--evidence-store", metavar="DIR",
@@ -537,7 +540,7 @@ def register(app: typer.Typer) -> None:
         attempts: Iterator[Attempt] = iter(())
         shards: StreamShards | DocumentShards | None = None
         if sharded:  # the pure steps on the workers too (ADR 0020): the lines, unparsed here
-            total, shared, shards = open_sharded(bundle_path, shard_size or _SHARD_SIZE, copy)
+            total, shared, shards = open_sharded(bundle_path, shard_size or RUN_SHARD_SIZE, copy)
             identity = shards.run_id
         else:
             total, identity, attempts = open_bundle(bundle_path, copy)

@@ -97,6 +97,7 @@ from kernel.serde import parse_json, structure
 __all__ = [
     "DEFAULT_SHARD_SIZE",
     "MAX_RESTARTS",
+    "RUN_SHARD_SIZE",
     "Decided",
     "Job",
     "Shard",
@@ -118,6 +119,10 @@ __all__ = [
 # the per-shard cost (pickling, a round trip, the result's unpickling) is
 # then well under 1% of the shard's classification.
 DEFAULT_SHARD_SIZE: Final = 500
+# Attempts per shard for kernel run: from 50 up the per-shard cost is within the
+# noise, and a shard's outcome lines wait for its slowest certification, so a
+# smaller shard keeps fewer certified attempts waiting to be recorded.
+RUN_SHARD_SIZE: Final = 50
 MAX_RESTARTS: Final = 3
 # Lines handed to the caller between two polls of the workers (``ShardRunner.poll``).
 _POLL_EVERY: Final = 64
