@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+from importlib.machinery import ExtensionFileLoader
 from types import FrameType
 from typing import Final
 
@@ -32,6 +33,21 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, unwound like Ctrl-C (so every cleanup runs) but told apart at the top."""
 
 
+#: What the `kernel` launcher blocks across the interpreter's start-up (bin/kernel).
+HELD_AT_START_UP: Final = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def accept_held_signals() -> None:
+    """Unblock the signals the launcher held, so a pending one is raised now.
+
+    Called once the handlers are in place: a Ctrl-C sent during start-up is
+    then the same ``KeyboardInterrupt`` (or ``Terminated``) as one sent later.
+    Without the launcher (``kernel-python``, ``python -m kernel``) nothing is
+    blocked and this changes nothing.
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_AT_START_UP)
+
+
 def fragile_frame(frame: FrameType | None) -> bool:
     """Whether an exception raised in ``frame`` would be swallowed ("Exception ignored in").
 
@@ -41,13 +57,34 @@ def fragile_frame(frame: FrameType | None) -> bool:
     never signalled. The signal may land any number of calls below such a
     frame (Dask's ``Future.__del__`` writes to its event loop's socket), so
     the whole stack is looked at, not only the innermost frame.
+
+    An import in progress is not fragile in general: a ``KeyboardInterrupt``
+    raised in a module's body propagates out of the ``import`` like any other
+    exception. Counting every frame below an import as fragile deferred a
+    start-up Ctrl-C again and again, each time into the next import, until
+    the command had finished (exit 3 for a SIGINT sent 100 ms in). What is
+    fragile is a C extension's initialisation, which calls back into Python
+    (orjson's imports ``uuid``, ``enum``, ...) and may not check what comes
+    back: an exception raised there crashed the interpreter (SIGSEGV in
+    ``orjson`` at 150 ms). So an extension module being created or executed
+    anywhere on the stack defers the signal too.
     """
     while frame is not None:
         code = frame.f_code
-        if code.co_filename.startswith("<frozen importlib") or code.co_name == "__del__":
+        if code.co_name == "__del__" or _importing_internals(frame):
             return True
         frame = frame.f_back
     return False
+
+
+def _importing_internals(frame: FrameType) -> bool:
+    code = frame.f_code
+    if not code.co_filename.startswith("<frozen importlib"):
+        return False
+    if code.co_name == "cb":  # a module lock's weak-reference callback
+        return True
+    return code.co_name in ("create_module", "exec_module") and isinstance(
+        frame.f_locals.get("self"), ExtensionFileLoader)
 
 
 def raise_interrupt(signum: int, frame: FrameType | None, exc: type[KeyboardInterrupt]) -> None:
