@@ -53,6 +53,7 @@ from kernel.audit._run import (
     report_document,
 )
 from kernel.audit._summary import SUMMARY_FILE, VSA_PREDICATE_TYPE, summary_path
+from kernel.audit._work_dir import rederive_certification
 
 __all__ = [
     "ATTESTATION_FILE",
@@ -78,6 +79,7 @@ __all__ = [
     "load_private_key",
     "load_public_key",
     "pae",
+    "rederive_certification",
     "report_document",
     "summary_path",
     "verify_attestation",

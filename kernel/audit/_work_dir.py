@@ -269,6 +269,18 @@ def derive_certification(
     return (None if findings else evidence), findings
 
 
+def rederive_certification(attempt: Path) -> tuple[CertificationEvidence | None, tuple[str, ...]]:
+    """``derive_certification``, its findings as sentences: how a driver checks a landed record.
+
+    The ``rederive`` of ``ExternalCertifier`` (ADR 0022): a certification
+    that came back from a worker counts only as this derives it, under the
+    receipt rules audit and resume apply. Module level, so it pickles by
+    reference with the certifier.
+    """
+    evidence, findings = derive_certification(attempt)
+    return evidence, tuple(f"{f.code.value} {f.path} {f.subject}: {f.message}" for f in findings)
+
+
 def _audit_manifest_copy(a: Auditor, attempt: Path, run: Path) -> None:
     manifest_path = attempt / "manifest.json"
     if not (run / "identity.json").exists():

@@ -50,7 +50,12 @@ from typing import Annotated, BinaryIO
 
 import typer
 
-from kernel.audit import BUNDLE_COPY, BUNDLE_STREAM_COPY, StoredCertifications
+from kernel.audit import (
+    BUNDLE_COPY,
+    BUNDLE_STREAM_COPY,
+    StoredCertifications,
+    rederive_certification,
+)
 from kernel.bundles import BundleStreamError, ReadyAttempt, outcome_line
 from kernel.commands._io import ENVIRONMENT_EXIT, refuse, refuse_output_is_input
 from kernel.commands._outcomes import (
@@ -109,6 +114,7 @@ from kernel.orchestrate import (
     open_executor,
     replay_requests,
 )
+from kernel.orchestrate._attempt_record import is_staging
 from kernel.orchestrate._sharded_run import replay_shards
 from kernel.orchestrate._shards import (
     DEFAULT_SHARD_SIZE,
@@ -591,6 +597,7 @@ def register(app: typer.Typer) -> None:
             certifier = ExternalCertifier(
                 root, entry, RunLimits(deadline, deadline), default_environment(),
                 store=None if evidence_store is None else EvidenceStore(evidence_store),
+                rederive=rederive_certification,  # a worker's certification is derived here
             )
             log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
             kept = stack.enter_context((root / BUNDLE_PARTIAL).open("wb"))
@@ -685,7 +692,8 @@ def _clear_unrecorded(root: Path, recorded: list[bytes]) -> None:
     """
     kept = {json.loads(line)["attempt_id"] for line in recorded}
     for entry in root.iterdir():
-        if (_ATTEMPT_DIR.fullmatch(entry.name) and entry.name not in kept
+        unrecorded = _ATTEMPT_DIR.fullmatch(entry.name) and entry.name not in kept
+        if ((unrecorded or is_staging(entry.name))  # a record half landed (ADR 0022)
                 and entry.is_dir() and not entry.is_symlink()):
             shutil.rmtree(entry)
     (root / OUTCOMES_FILE).write_bytes(b"".join(line + b"\n" for line in recorded))

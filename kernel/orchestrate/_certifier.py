@@ -76,7 +76,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final, assert_never, final
 
@@ -100,6 +100,13 @@ from kernel.external import (
 )
 from kernel.frames import ProblemFrame
 from kernel.identity import JsonValue, canonical_json, digest
+from kernel.orchestrate._attempt_record import (
+    AttemptRecord,
+    RecordRefused,
+    land_record,
+    matches_record,
+    take_record,
+)
 from kernel.orchestrate._evidence_store import EvidenceStore, Hit, InsertResult, store_key
 from kernel.orchestrate._tools import CERTIFY_SPECIFICATION
 from kernel.organs import (
@@ -127,6 +134,7 @@ __all__ = [
     "CERTIFIED_BY",
     "RUN_ID",
     "CertificationTask",
+    "Rederive",
     "ExternalCertifier",
     "author_session",
     "backend_output",
@@ -140,6 +148,15 @@ CERTIFICATION_RECORD: Final = "certification.json"
 EVIDENCE_SOURCE: Final = "evidence-source.json"
 CERTIFIED_BY: Final = "certified-by.json"
 _ATTEMPT_ID: Final = re.compile(r"[0-9a-f]{64}")
+
+
+#: The driver's own derivation of a landed attempt's certification (``kernel.audit``'s
+#: ``rederive_certification``: every receipt rule, as audit and resume apply them):
+#: the certification, or None with the reasons.
+Rederive = Callable[[Path], tuple[CertificationEvidence | None, tuple[str, ...]]]
+# Beyond the evidence limit, what an attempt directory holds besides its
+# artifacts: four step logs, the receipt, and the kernel's own small records.
+_RECORD_OVERHEAD: Final = 16 * 1024 * 1024
 
 
 def certified_by_document(attempt_id: str) -> bytes:
@@ -239,6 +256,68 @@ class ExternalCertifier:
         default=None,
         validator=attrs.validators.optional(attrs.validators.instance_of(EvidenceStore)),
     )
+    # How the driver derives a certification that came back from a worker
+    # (ADR 0022); None: the worker's evidence is kept once its record lands.
+    rederive: Rederive | None = attrs.field(default=None)
+
+    @property
+    def record_limit(self) -> int:
+        """The bytes an attempt's record may hold on its way back to the driver."""
+        return (self.limits.evidence_limit_bytes + 4 * self.limits.output_limit_bytes
+                + self.limits.receipt_limit_bytes + _RECORD_OVERHEAD)
+
+    def keep(
+        self, task: CertificationTask, evidence: tuple[ProofEvidence, ...],
+        record: AttemptRecord | None,
+    ) -> tuple[tuple[ProofEvidence, ...], tuple[str, ...]]:
+        """On the driver: land what a worker sent back for ``task``; the evidence that counts.
+
+        The record is written into this work directory (or, where the worker
+        shares it, must already be there byte for byte). Then the
+        certification counts only as this driver derives it again from the
+        landed directory: the request it would plan itself, every receipt
+        rule (``rederive``), and the very document the worker returned. Any
+        difference is no evidence plus a note (ADR 0022), never a PASS.
+        """
+        label = f"attempt {task.attempt_id[:16]}"
+        if record is None:
+            if evidence:
+                return (), (f"{label}: its worker returned evidence without the attempt's "
+                            "record; not counted",)
+            return evidence, ()
+        target = self.work_dir / task.attempt_id
+        try:
+            if target.exists() or target.is_symlink():
+                if not matches_record(target, record, self.record_limit):
+                    raise RecordRefused(f"{target} differs from the record its worker returned")
+            else:
+                land_record(self.work_dir, record, task.attempt_id, self.record_limit)
+        except (RecordRefused, OSError) as exc:
+            return (), (f"{label}: the record from its worker was refused: {exc}",)
+        if not evidence or self.rederive is None:
+            return evidence, ()
+        derived, reasons = self.rederive(target)
+        why = (f"it does not derive on the driver: {reasons[0]}" if reasons
+               else "no certification derives from it" if derived is None
+               else "the request is not the one this attempt plans" if
+               derived.request != self._planned_request(task)
+               else "the evidence returned is not what its record derives" if
+               evidence != (ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE,
+                                          dumps(derived)),)
+               else None)
+        if why is not None:
+            return (), (f"{label}: the certification from its worker is not counted: {why}",)
+        return evidence, ()
+
+    def _planned_request(self, task: CertificationTask) -> object:
+        problem = certification_problem(task.candidate_frame)
+        if problem is None:
+            return None
+        plan = plan_verification(certification_spec(
+            candidate_digest=task.candidate_digest, author_session=author_session(task.run_id),
+            problem=problem, check_digest=self.check_digest,
+            check_content_digest=self.check_content_digest))
+        return None if isinstance(plan, Rejection) else plan.request
 
     @property
     def check_digest(self) -> str:
@@ -524,6 +603,17 @@ class CertificationTask:
     def gather(self) -> tuple[ProofEvidence, ...]:
         """One certification item, or ``()`` (with a logged note); never raises."""
         return self.certifier._gather(self)
+
+    def take_record(self) -> AttemptRecord | None:
+        """On the worker, after ``gather``: the attempt directory as a value (None: none made)."""
+        attempt = self.certifier.work_dir / self.attempt_id
+        if not attempt.is_dir() or attempt.is_symlink():
+            return None
+        try:
+            return take_record(attempt, self.certifier.record_limit)
+        except (RecordRefused, OSError) as exc:
+            LOG.warning("attempt %s: its record cannot be sent back: %s", self.attempt_id[:16], exc)
+            return None
 
     def reusable(self, evidence: tuple[ProofEvidence, ...]) -> bool:
         """Whether a later attempt of this key may reuse this certification: it was verified."""

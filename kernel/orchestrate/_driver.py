@@ -69,8 +69,15 @@ from typing import Final, assert_never, final
 
 import attrs
 
+from kernel.orchestrate._attempt_record import AttemptRecord
 from kernel.orchestrate._inflight import FirstOfKey, InFlight, in_flight_key
-from kernel.orchestrate._provider import EvidenceProvider, EvidenceTask, TaskProvider
+from kernel.orchestrate._provider import (
+    EvidenceProvider,
+    EvidenceTask,
+    RecordedTask,
+    RecordKeeper,
+    TaskProvider,
+)
 from kernel.replay import (
     AuthorityManifest,
     ContractClosed,
@@ -128,6 +135,8 @@ class _Gathered:
 
     evidence: tuple[ProofEvidence, ...]
     notes: tuple[str, ...]
+    # The attempt's record, taken where the task ran (ADR 0022); None inline.
+    record: AttemptRecord | None = None
 
 
 class _ThreadNotes(logging.Filter):
@@ -155,11 +164,34 @@ def _captured_notes() -> Iterator[list[str]]:
         LOG.removeFilter(capture)
 
 
-def _gather_task(task: EvidenceTask, label: str) -> _Gathered:
-    """The unit of work that crosses the executor (module level: picklable by reference)."""
+def _gather_task(task: EvidenceTask, label: str, bring_home: bool = False) -> _Gathered:
+    """The unit of work that crosses the executor (module level: picklable by reference).
+
+    ``bring_home``: the task ran on an executor, whose machine may share no
+    file system with the driver, so what it left (a ``RecordedTask``'s
+    record) comes back with its evidence (ADR 0022).
+    """
+    record = None
     with _captured_notes() as notes:
         evidence = _gather_safely(task, label)
-    return _Gathered(evidence, tuple(notes))
+        if bring_home and isinstance(task, RecordedTask):
+            record = task.take_record()
+    return _Gathered(evidence, tuple(notes), record)
+
+
+def _kept(provider: EvidenceProvider, task: EvidenceTask, result: _Gathered) -> _Gathered:
+    """In the driver: a result that came back from an executor, its record landed and checked.
+
+    A provider that keeps records (``RecordKeeper``) decides what evidence
+    counts once the record is home; any other keeps what the task returned.
+    """
+    if not (isinstance(provider, RecordKeeper) and isinstance(task, RecordedTask)):
+        return result
+    try:
+        evidence, notes = provider.keep(task, result.evidence, result.record)
+    except Exception as exc:  # the driver's own failure to keep it: no evidence, never a verdict
+        evidence, notes = (), (f"record not kept: {type(exc).__name__}: {exc}",)
+    return _Gathered(evidence, result.notes + notes)
 
 
 def _prepare(
@@ -191,6 +223,7 @@ def _is_gathered(value: object) -> bool:
         and all(isinstance(item, ProofEvidence) for item in value.evidence)
         and type(value.notes) is tuple
         and all(type(note) is str for note in value.notes)
+        and (value.record is None or isinstance(value.record, AttemptRecord))
     )
 
 
@@ -214,7 +247,7 @@ def lost_to_a_broken_pool(future: Future[_Gathered]) -> bool:
 
 def _submit(executor: Executor, task: EvidenceTask, label: str) -> Future[_Gathered] | _Gathered:
     try:
-        return executor.submit(_gather_task, task, label)
+        return executor.submit(_gather_task, task, label, True)
     except Exception as exc:  # a broken pool, a task that cannot be pickled, a lost client
         return _Gathered((), (f"{label}: evidence task not submitted {type(exc).__name__}: {exc}",))
 
@@ -342,7 +375,7 @@ def replay_requests(
             for waiting in send(index, task):
                 dispatch(waiting)
             continue
-        for waiting in settle(index, _collect(future, _label(stage))):
+        for waiting in settle(index, _kept(provider, task, _collect(future, _label(stage)))):
             dispatch(waiting)
     outcomes: list[ReplayAdapterOutcome] = []
     for index, stage in enumerate(staged):

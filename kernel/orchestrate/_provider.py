@@ -34,9 +34,13 @@ from typing import Protocol, final, runtime_checkable
 
 import attrs
 
+from kernel.orchestrate._attempt_record import AttemptRecord
 from kernel.replay import ContractClosed, ProofEvidence
 
-__all__ = ["EvidenceProvider", "EvidenceTask", "NoEvidence", "TaskProvider"]
+__all__ = [
+    "EvidenceProvider", "EvidenceTask", "NoEvidence", "RecordKeeper", "RecordedTask",
+    "TaskProvider",
+]
 
 
 class EvidenceProvider(Protocol):
@@ -67,6 +71,31 @@ class TaskProvider(EvidenceProvider, Protocol):
 
     def task_for(self, state: ContractClosed) -> EvidenceTask:
         """The picklable task that gathers ``state``'s evidence."""
+        ...
+
+
+@runtime_checkable
+class RecordedTask(Protocol):
+    """A task whose gathering leaves a record on the machine that ran it (ADR 0022)."""
+
+    def gather(self) -> tuple[ProofEvidence, ...]:
+        """The evidence this task was made for; ``()`` when there is none."""
+        ...
+
+    def take_record(self) -> AttemptRecord | None:
+        """After ``gather``, where it ran: that record as a value (None: it left none)."""
+        ...
+
+
+@runtime_checkable
+class RecordKeeper(Protocol):
+    """A provider that takes a record home: lands it, and says what evidence then counts."""
+
+    def keep(
+        self, task: RecordedTask, evidence: tuple[ProofEvidence, ...],
+        record: AttemptRecord | None,
+    ) -> tuple[tuple[ProofEvidence, ...], tuple[str, ...]]:
+        """In the driver: the evidence that counts for ``task``, and notes."""
         ...
 
 

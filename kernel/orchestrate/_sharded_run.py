@@ -56,6 +56,7 @@ from kernel.orchestrate._driver import (
     _collect,
     _gather_task,
     _Gathered,
+    _kept,
     _label,
     _prepare,
     _submit,
@@ -218,8 +219,9 @@ class _Gathering:
     looks the store up; a failure releases it all the same).
     """
 
-    def __init__(self, executor: Executor | None) -> None:
+    def __init__(self, executor: Executor | None, provider: TaskProvider) -> None:
         self._executor = executor
+        self._provider = provider
         self.pending: dict[Future[_Gathered], tuple[_Slot, Closed, EvidenceTask]] = {}
         self._in_flight: InFlight[tuple[_Slot, Closed]] = InFlight()
         # The first passed certification per key, by attempt index (ADR-0019): a
@@ -277,7 +279,8 @@ class _Gathering:
                 self._resent.add(closed.index)  # once: its pool broke under it (a worker died)
                 self._send(slot, closed, task)
                 continue
-            self._settle(slot, closed, _collect(future, closed.label))
+            self._settle(slot, closed,
+                         _kept(self._provider, task, _collect(future, closed.label)))
 
 
 def replay_shards(
@@ -290,7 +293,7 @@ def replay_shards(
     """
     window: deque[_Slot] = deque()
     by_start: dict[int, _Slot] = {}
-    gathering = _Gathering(executor)
+    gathering = _Gathering(executor, provider)
     source = iter(shards)
     exhausted = False
     while True:
