@@ -1,0 +1,231 @@
+"""Workers that share no file system with the driver (issue 36, deliverables 1, 2 and 4, in part).
+
+Each of two real ``dask worker`` processes runs in a mount namespace of its
+own, with a private tmpfs over the parent of the driver's work directory, as
+a second machine would have: nothing a worker writes there reaches the
+driver. Before ADR 0022 the driver's work directory then held only the
+outcome log and ``kernel audit`` said NOT intact ("a certified outcome
+without .../certification.json" for every certified attempt). Now each
+attempt's record comes back with its evidence and lands on the driver.
+
+The forged-record tests drive ``ExternalCertifier.keep`` with a record a
+real certification left, then altered as a compromised worker would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from kernel.audit import rederive_certification
+from kernel.orchestrate._attempt_record import AttemptRecord, RecordEntry, take_record
+from kernel.orchestrate._certifier import CertificationTask, ExternalCertifier
+from kernel.organs import CERTIFICATION_MEDIA_TYPE, CERTIFIED_MANIFEST, TARGET_CERTIFIED
+from kernel.replay import (
+    ContractClosed,
+    ProofEvidence,
+    Validated,
+    replay_contract,
+    requests_from_bundle,
+    validate,
+)
+from tests.orchestrate_helpers import ROOT, certifier, e2e_bundle
+from tests.support.cli import KERNEL_MAIN
+
+pytestmark = pytest.mark.slow
+
+DASK = Path(sys.executable).parent / "dask"
+BUNDLE = ROOT / "examples" / "e2e" / "bundle.json"
+START_SECONDS = 60.0
+
+
+def _can_unshare() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    done = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def _kernel(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", KERNEL_MAIN, *map(str, args)],
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+@contextlib.contextmanager
+def _cluster(root: Path, hidden: Path) -> Iterator[str]:
+    """A scheduler and two workers, each worker with ``hidden`` a private tmpfs of its own."""
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def spawn(argv: list[str], name: str) -> None:
+        with (root / f"{name}.log").open("wb") as log:
+            processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, cwd=root,
+                                              start_new_session=True))
+
+    scheduler_file = root / "scheduler.json"
+    spawn([str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+           "--scheduler-file", str(scheduler_file)], "scheduler")
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while not scheduler_file.is_file() or not scheduler_file.stat().st_size:
+            assert time.monotonic() < deadline and processes[0].poll() is None
+            time.sleep(0.1)
+        address = json.loads(scheduler_file.read_text())["address"]
+        for index in range(2):
+            worker = (f"mount -t tmpfs tmpfs {hidden} && exec {DASK} worker "
+                      f"--scheduler-file {scheduler_file} --nthreads 1 --no-nanny "
+                      f"--no-dashboard --host 127.0.0.1 --name w{index} "
+                      f"--local-directory {root / f'w{index}'}")
+            spawn(["unshare", "-m", "--propagation", "private", "sh", "-c", worker],
+                  f"worker-{index}")
+        from distributed import Client
+
+        with Client(address, timeout=START_SECONDS,  # type: ignore[no-untyped-call]
+                    set_as_default=False) as client:
+            client.wait_for_workers(2, timeout=START_SECONDS)
+        yield address
+    finally:
+        for process in reversed(processes):
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -m (a mount namespace)")
+def test_a_run_on_workers_that_share_no_file_system_audits_intact_on_the_driver(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    work = shared / "W"
+    inline = _kernel("run", BUNDLE, "--work-dir", work, "-q", "-o", tmp_path / "inline.jsonl")
+    assert inline.returncode == 3, inline.stderr  # the e2e bundle holds a tampered attempt
+    expected = _tree(work)
+    work.rename(tmp_path / "inline-W")
+    cluster_root = tmp_path / "cluster"
+    cluster_root.mkdir()
+    with _cluster(cluster_root, shared) as address:
+        done = _kernel("run", BUNDLE, "--executor", "dask", "--scheduler", address,
+                       "--work-dir", work, "-q", "-o", tmp_path / "dask.jsonl")
+    assert done.returncode == 3, done.stderr
+    assert (tmp_path / "dask.jsonl").read_bytes() == (tmp_path / "inline.jsonl").read_bytes()
+    certified = [p.parent.name for p in work.glob("*/certification.json")]
+    assert len(certified) == 3, sorted(_tree(work))
+    # Byte for byte what the inline run wrote at the same path (ADR 0022: no field differs).
+    assert _tree(work) == expected
+    audited = _kernel("audit", work)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert "intact" in audited.stdout
+
+
+# --- a compromised worker: what it sends back is checked on the driver ------------------
+
+
+def _task(work: Path) -> tuple[ExternalCertifier, CertificationTask]:
+    provider = attrs.evolve(certifier(work), rederive=rederive_certification)
+    for request in requests_from_bundle(e2e_bundle()):
+        validated = validate(request, CERTIFIED_MANIFEST)
+        if isinstance(validated, Validated):
+            state = replay_contract(validated)
+            if isinstance(state, ContractClosed):
+                return provider, provider.task_for(state)
+    raise AssertionError("the e2e bundle has no contract-closed attempt")
+
+
+@pytest.fixture(scope="module")
+def certified(tmp_path_factory: pytest.TempPathFactory) -> tuple[CertificationTask, Path]:
+    """One real certification on a "worker" directory, and the task that made it."""
+    worker = tmp_path_factory.mktemp("worker")
+    _, task = _task(worker / "W")
+    evidence = task.gather()
+    assert len(evidence) == 1
+    return task, worker / "W"
+
+
+def _keep(tmp_path: Path, task: CertificationTask, record: AttemptRecord | None
+          ) -> tuple[tuple[ProofEvidence, ...], tuple[str, ...]]:
+    """What the driver counts of ``record`` and the evidence the worker returned with it."""
+    driver, driver_task = _task(tmp_path / "driver-W")
+    (tmp_path / "driver-W").mkdir()
+    source = task.certifier.work_dir / task.attempt_id / "certification.json"
+    evidence = (ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE,
+                              source.read_bytes().rstrip(b"\n")),)
+    return driver.keep(driver_task, evidence, record)
+
+
+def _altered(record: AttemptRecord, path: str, data: bytes) -> AttemptRecord:
+    entries = tuple(attrs.evolve(e, data=data) if e.path == path else e for e in record.entries)
+    assert entries != record.entries, path
+    return attrs.evolve(record, entries=entries)
+
+
+def test_an_honest_record_lands_and_its_certification_counts(
+    tmp_path: Path, certified: tuple[CertificationTask, Path]
+) -> None:
+    task, worker = certified
+    record = take_record(worker / task.attempt_id, 1 << 30)
+    evidence, notes = _keep(tmp_path, task, record)
+    assert notes == () and len(evidence) == 1
+    assert _tree(tmp_path / "driver-W" / task.attempt_id) == _tree(worker / task.attempt_id)
+
+
+@pytest.mark.parametrize("path, data", [
+    ("run/evidence/z3-answer.txt", b"target_certified sat\n"),  # swapped evidence
+    ("run/checker/receipt.json", b'{"verdict":"accepted"}\n'),  # a forged receipt
+], ids=["swapped_evidence", "forged_receipt"])
+def test_a_record_altered_by_its_worker_is_refused_on_the_driver(
+    tmp_path: Path, certified: tuple[CertificationTask, Path], path: str, data: bytes
+) -> None:
+    task, worker = certified
+    record = _altered(take_record(worker / task.attempt_id, 1 << 30), path, data)
+    evidence, notes = _keep(tmp_path, task, record)
+    assert evidence == ()
+    assert len(notes) == 1 and "not counted" in notes[0], notes
+
+
+@pytest.mark.parametrize("entry", [
+    RecordEntry("../escaped", 0o644, b"x"),
+    RecordEntry("/etc/escaped", 0o644, b"x"),
+    RecordEntry("run/setuid", 0o4755, b"x"),
+], ids=["dot_dot", "absolute", "setuid"])
+def test_a_record_that_would_escape_or_plant_a_mode_is_refused_and_writes_nothing(
+    tmp_path: Path, certified: tuple[CertificationTask, Path], entry: RecordEntry
+) -> None:
+    task, worker = certified
+    record = take_record(worker / task.attempt_id, 1 << 30)
+    record = attrs.evolve(record, entries=(*record.entries, entry))
+    evidence, notes = _keep(tmp_path, task, record)
+    assert evidence == () and "refused" in notes[0], notes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver-W"]
+    assert list((tmp_path / "driver-W").iterdir()) == []
+
+
+def test_evidence_without_its_record_is_not_counted(
+    tmp_path: Path, certified: tuple[CertificationTask, Path]
+) -> None:
+    task, _ = certified
+    evidence, notes = _keep(tmp_path, task, None)
+    assert evidence == () and "without the attempt's record" in notes[0]
