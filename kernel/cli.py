@@ -351,6 +351,9 @@ def __getattr__(name: str) -> object:
 
 def main() -> None:
     """Console-script entry point."""
+    if sys.argv[1:] in _VERSION_FLAGS:  # answered before typer, click or rich is imported
+        print(_version())  # a signal the launcher held is dropped at this exit: all is done
+        return
     from kernel.commands import _signals
 
     _signals.terminate_as_interrupt()  # from the start: SIGTERM unwinds like Ctrl-C
@@ -359,9 +362,6 @@ def main() -> None:
         # the interpreter's start-up; one sent meanwhile is raised here, under
         # the handler below. Nothing started later inherits the block.
         _signals.accept_held_signals()
-        if sys.argv[1:] in _VERSION_FLAGS:  # answered before typer, click or rich is imported
-            print(_version())
-            return
         import typer
 
         app = __getattr__("app")

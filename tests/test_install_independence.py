@@ -205,6 +205,7 @@ def _wheel_venv(tmp: Path) -> Path:
     shutil.copytree(
         ROOT / "kernel", source / "kernel", ignore=shutil.ignore_patterns("__pycache__")
     )
+    shutil.copytree(ROOT / "bin", source / "bin")  # the `kernel` launcher (script-files)
     _checked(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", source,
              cwd=tmp)  # fmt: skip
     (wheel,) = (tmp / "dist").glob("failclosed_replay-*.whl")

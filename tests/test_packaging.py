@@ -53,7 +53,10 @@ def pins() -> dict[str, Version]:
 
 def test_distribution_name_is_distinctive_and_the_import_package_is_kernel() -> None:
     assert PROJECT["name"] == "failclosed-replay"
-    assert PROJECT["scripts"] == {"kernel": "kernel.cli:main"}
+    # `kernel` is the launcher that holds signals through start-up (ADR 0013); the
+    # console script it runs is kernel-python.
+    assert PROJECT["scripts"] == {"kernel-python": "kernel.cli:main"}
+    assert PYPROJECT["tool"]["setuptools"]["script-files"] == ["bin/kernel"]
     assert PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"] == ["kernel*"]
 
 
