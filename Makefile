@@ -98,7 +98,7 @@ interrupts: $(STAMP) sandbox-tools  ## SIGINT/SIGTERM to kernel run and kernel r
 # a row, each test once a round (the tests' own inner loops cut to one try),
 # stopping at the first failure: a flake shows as a round number.
 SIGNAL_TESTS := tests/test_cli_interrupts.py tests/test_cli_start_up_interrupts.py tests/test_cli_newcomer.py tests/test_cli_run_resume.py \
-  tests/test_containment.py tests/test_evidence_limits.py tests/test_evidence_store.py \
+  tests/test_containment.py tests/test_containment_probe.py tests/test_evidence_limits.py tests/test_evidence_store.py \
   tests/test_evidence_store_run.py tests/test_external_process.py tests/test_orchestrate_cluster.py \
   tests/test_orchestrate_driver.py tests/test_orchestrate_scale.py tests/test_pool_spawn_signals.py \
   tests/test_redteam_external.py tests/test_replay_sharded.py tests/test_run_sharded.py \

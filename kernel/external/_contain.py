@@ -175,18 +175,33 @@ def _namespaces_work() -> bool:
     if prefix is None or true is None or not hasattr(os, "memfd_create"):
         return False
     try:
-        done = subprocess.run(
-            [*prefix, true],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={"PATH": "/usr/bin:/bin"},
-            timeout=_PROBE_TIMEOUT_SECONDS,
-            check=False,
-        )
+        with tempfile.TemporaryDirectory(prefix="kernel-namespace-probe-") as scratch:
+            return _probe(ContainmentLevel.NAMESPACE, true, Path(scratch), None, ())
     except (OSError, subprocess.SubprocessError):
         return False
-    return done.returncode == 0
+
+
+def _probe(level: ContainmentLevel, true: str, cwd: Path, view: StepView | None,
+           pass_fds: tuple[int, ...]) -> bool:
+    """``true`` run at ``level`` exactly as a step runs: under the guard (``run_process``).
+
+    An interrupt while the chain starts then leaves no orphan behind (issue 35,
+    item 11: an unguarded probe's bubblewrap outlived the kernel once in a loop
+    of interrupted runs). Imported here: ``_process`` imports this module.
+    """
+    from kernel.external._process import ProcessStatus, run_process
+
+    sealed = seal_copy(true)
+    try:
+        done = run_process(
+            [true], cwd=cwd, env={"PATH": "/usr/bin:/bin"},
+            timeout_seconds=_PROBE_TIMEOUT_SECONDS, cancel=None, stdout_limit=0,
+            stderr_limit=4096, containment=level, executable_fd=sealed.fd,
+            pass_fds=pass_fds, view=view,
+        )
+    finally:
+        os.close(sealed.fd)
+    return done.status is ProcessStatus.EXITED and done.returncode == 0
 
 
 @functools.cache
@@ -199,7 +214,9 @@ def _sandbox_works() -> bool:
         with contextlib.ExitStack() as held:
             scratch = held.enter_context(
                 tempfile.TemporaryDirectory(prefix="kernel-sandbox-probe-"))
-            view = StepView(output=scratch, read_only=(), needed=(), workdir=scratch)
+            # The interpreter is needed inside: the chain ends in the kernel's launcher.
+            view = StepView(output=scratch, read_only=(), needed=(sys.executable,),
+                            workdir=scratch)
             program = os.memfd_create("kernel-probe-filter", os.MFD_CLOEXEC)
             held.callback(os.close, program)
             os.write(program, step_filter_bpf())
@@ -209,19 +226,9 @@ def _sandbox_works() -> bool:
                 slot = held.enter_context(acquire_step_uid(step_uid_range(os.environ)))
                 lend(Path(scratch), slot.uid)
                 view = attrs.evolve(view, step_uid=slot.uid)
-            done = subprocess.run(
-                [*sandbox_prefix(view), true],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env={"PATH": "/usr/bin:/bin"},
-                timeout=_PROBE_TIMEOUT_SECONDS,
-                check=False,
-                pass_fds=(program,),
-            )
+            return _probe(ContainmentLevel.SANDBOX, true, Path(scratch), view, (program,))
     except (OSError, subprocess.SubprocessError):  # SeccompUnavailableError is an OSError
         return False
-    return done.returncode == 0
 
 
 def _subreaper_works() -> bool:
