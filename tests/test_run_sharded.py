@@ -329,3 +329,82 @@ def test_a_certification_worker_killed_mid_run_costs_only_what_it_was_certifying
     # Only the broken pool was stopped: the shard workers, started after it, kept working.
     assert b"note: a worker process died" not in stderr
     assert b"Traceback" not in stderr
+
+
+def _finished_certifications(work: Path) -> dict[str, tuple[int, bytes]]:
+    """Each attempt directory holding its certification.json: its inode and run metadata."""
+    found = {}
+    for entry in work.iterdir() if work.is_dir() else ():
+        metadata = entry / "run" / "metadata.json"
+        if (entry / "certification.json").is_file() and metadata.is_file():
+            found[entry.name] = (entry.stat().st_ino, metadata.read_bytes())
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_leftover_workers")
+def test_an_interrupt_mid_shard_keeps_the_certifications_that_completed(
+    tmp_path: Path,
+) -> None:
+    # Issue 35, item 7: "SIGINTs 2-7 s into a 12 s run recorded 0 of 60 attempts:
+    # the first shard of 50 is lost and redone." A shard's outcome lines wait for
+    # its slowest certification, but each certification that completed is home
+    # (ADR 0022) and --resume derives it again instead of running it twice.
+    bundle, expected = repeating_bundle_run(tmp_path, tuple(range(12)))
+    work = tmp_path / "work"
+    process = _started(bundle, work, "-q", *_TWO_WORKERS, "--shard-size", "12")
+    deadline = time.monotonic() + 300
+    while len(_finished_certifications(work)) < 3:
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert _lines(work / "outcomes.jsonl") == 0, "the single shard was not written"
+    finished = _finished_certifications(work)
+    assert 3 <= len(finished) < 12, finished.keys()
+    resumed = _kernel("run", bundle, "--work-dir", work, "--resume")  # the table, to stdout
+    assert resumed.returncode == 0, resumed.stderr
+    assert (work / "outcomes.jsonl").read_bytes() == expected
+    # Not run again: the same directory, the same run record, byte for byte.
+    assert _finished_certifications(work).items() >= finished.items()
+    summary = resumed.stdout.decode()
+    assert f"{len(finished)} kept from the interrupted run" in summary, summary
+    assert f"certifications: {12 - len(finished)} run" in summary, summary
+    audited = _kernel("audit", work)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+
+
+@pytest.mark.slow
+def test_a_forged_certification_left_by_an_interrupt_is_run_again_not_kept(
+    tmp_path: Path,
+) -> None:
+    # Whoever writes the run store between the interrupt and --resume: an attempt
+    # directory left with a verified-looking certification that does not derive
+    # from its own run's records is removed and certified afresh, never kept.
+    bundle, expected = repeating_bundle_run(tmp_path, tuple(range(4)))
+    work = tmp_path / "work"
+    process = _started(bundle, work, "-q", *_TWO_WORKERS, "--shard-size", "4")
+    deadline = time.monotonic() + 300
+    while not _finished_certifications(work):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    finished = _finished_certifications(work)
+    victim = sorted(finished)[0]
+    # The evidence the checker judged, edited: its digest in the run's records no longer holds.
+    artifact = work / victim / "run" / "evidence" / "target_certified.smt2"
+    artifact.write_bytes(artifact.read_bytes() + b"\n; edited after the interrupt\n")
+    resumed = _kernel("run", bundle, "--work-dir", work, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (work / "outcomes.jsonl").read_bytes() == expected
+    notes, summary = resumed.stderr.decode(), resumed.stdout.decode()
+    assert (f"attempt {victim[:16]}: the certification the interrupted run left is not "
+            "kept") in notes, notes
+    kept = len(finished) - 1
+    assert (f"{kept} kept from the interrupted run" in summary) == (kept > 0), summary
+    assert b"edited after the interrupt" not in artifact.read_bytes()  # certified afresh
+    audited = _kernel("audit", work)
+    assert audited.returncode == 0, audited.stdout + audited.stderr

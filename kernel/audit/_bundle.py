@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
 
 from kernel.audit._store import AuditCode, Auditor, Unreadable, read_bounded
 from kernel.bundles import (
@@ -28,13 +27,12 @@ from kernel.bundles import (
     document_attempts,
     is_stream_header,
 )
+from kernel.orchestrate import BUNDLE_COPY, BUNDLE_STREAM_COPY
 from kernel.replay import ReplayBundle
 from kernel.serde import SerdeError, dumps, parse_json, structure
 
 __all__ = ["BUNDLE_COPY", "BUNDLE_STREAM_COPY", "Attempt", "bundle_attempts", "copied_attempts"]
 
-BUNDLE_COPY: Final = "bundle.json"
-BUNDLE_STREAM_COPY: Final = "bundle.jsonl"
 
 Attempt = ReadyAttempt | RefusedAttempt
 

@@ -40,6 +40,9 @@ from kernel.orchestrate import (
     CERTIFICATION_RECORD,
     CERTIFIED_BY,
     EVIDENCE_SOURCE,
+    INTERRUPTED_FILE,
+    OUTCOMES_FILE,
+    STATE_FILE,
     backend_output,
 )
 from kernel.organs import (
@@ -315,10 +318,10 @@ def _audit_manifest_copy(a: Auditor, attempt: Path, run: Path) -> None:
 
 
 # What kernel run writes at the top of a work directory besides attempt
-# directories (kernel/commands/run.py), and the default attestation.
-RUN_STATE: Final = "run-state.json"
-WORK_OUTCOMES: Final = "outcomes.jsonl"
-INTERRUPTED: Final = "INTERRUPTED"
+# directories (kernel.orchestrate's work-directory protocol), and the default attestation.
+RUN_STATE: Final = STATE_FILE
+WORK_OUTCOMES: Final = OUTCOMES_FILE
+INTERRUPTED: Final = INTERRUPTED_FILE
 _TOP_LEVEL: Final = frozenset({RUN_STATE, WORK_OUTCOMES, BUNDLE_COPY, BUNDLE_STREAM_COPY,
                                ATTESTATION_FILE, SUMMARY_FILE, INTERRUPTED})
 _ATTEMPT_ENTRIES: Final = frozenset(

@@ -1,4 +1,5 @@
-"""``kernel run``'s checks of its work directory before anything is written there."""
+"""``kernel run``'s checks of its paths before anything is written (the protocol itself:
+``kernel.orchestrate``'s work directory)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ from pathlib import Path
 from kernel.commands._io import is_stdio, refuse
 
 __all__ = [
-    "check_fresh_work_dir",
     "check_utf8_work_dir",
-    "holds_nothing",
     "refuse_output_in_work_dir",
 ]
 
@@ -29,29 +28,6 @@ def check_utf8_work_dir(work_dir: Path) -> None:
         refuse("work_dir_not_utf8",
                f"--work-dir {raw!r}: the path is not UTF-8, and the run's records name "
                "their files in UTF-8; choose another directory name")
-
-
-def check_fresh_work_dir(work_dir: Path) -> None:
-    if work_dir.is_symlink() or (work_dir.exists() and not work_dir.is_dir()):
-        refuse("work_dir_not_directory", f"{work_dir}: not a plain directory")
-    try:
-        if work_dir.is_dir() and any(work_dir.iterdir()):
-            refuse("work_dir_not_empty",
-                   f"{work_dir}: not empty (use a fresh directory, or --resume)")
-    except OSError as exc:
-        refuse("work_dir_unreadable", f"{work_dir}: {exc.strerror or exc}")
-
-
-def holds_nothing(work_dir: Path) -> bool:
-    """An absent work directory, or an empty plain one: nothing of a run to resume."""
-    if work_dir.is_symlink():
-        return False
-    if not work_dir.exists():
-        return True
-    try:
-        return work_dir.is_dir() and not any(work_dir.iterdir())
-    except OSError:
-        return False
 
 
 def refuse_output_in_work_dir(out: Path | None, work_dir: Path) -> None:

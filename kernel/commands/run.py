@@ -18,9 +18,11 @@ Interrupts: SIGINT and SIGTERM stop the running certification, leave
 are kept (and re-emitted) once the pure core, from the bundle and the stored
 certification, gives each recorded line again (else exit 3,
 ``resume_log_tampered``, nothing touched); the attempts after them are
-certified afresh (their partial directories removed), none twice. A stored
-certification counts only when its attempt directory derives it again (its
-run's metadata and receipt, under the run-time receipt rules).
+decided afresh, none twice: a certification the interrupt left complete is
+kept once it derives again with a verified receipt (ADR 0022), any other
+directory is removed and certified anew. A stored certification counts only
+when its attempt directory derives it again (its run's metadata and
+receipt, under the run-time receipt rules).
 
 Exit codes: README "Exit codes" and adr/0013 (0 / 1 --fail-on / 2 boundary
 / 3 integrity / 130 SIGINT / 143 SIGTERM). The default ``--fail-on`` is
@@ -36,8 +38,6 @@ import itertools
 import json
 import logging
 import os
-import re
-import shutil
 import signal
 import sys
 import time
@@ -46,13 +46,11 @@ from concurrent.futures import Executor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, BinaryIO
+from typing import Annotated
 
 import typer
 
 from kernel.audit import (
-    BUNDLE_COPY,
-    BUNDLE_STREAM_COPY,
     StoredCertifications,
     rederive_certification,
 )
@@ -86,9 +84,7 @@ from kernel.commands._sharded import (
 from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
 from kernel.commands._verdict import EXIT_INTEGRITY
 from kernel.commands._work_dir import (
-    check_fresh_work_dir,
     check_utf8_work_dir,
-    holds_nothing,
     refuse_output_in_work_dir,
 )
 from kernel.external import (
@@ -99,7 +95,11 @@ from kernel.external import (
     sandbox_shortfall,
 )
 from kernel.orchestrate import (
+    ATTEMPT_DIR,
+    BUNDLE_PARTIAL,
     CERTIFIED_BY,
+    INTERRUPTED_FILE,
+    OUTCOMES_FILE,
     RUN_ID,
     CertifierSetupError,
     EvidenceStore,
@@ -109,12 +109,22 @@ from kernel.orchestrate import (
     ExecutorSpec,
     ExternalCertifier,
     FirstOfKey,
+    WorkDirError,
     certification_entry,
+    check_fresh_work_dir,
+    clear_unrecorded,
+    create_work_dir,
     discover_tools,
+    holds_nothing,
+    keep_bundle,
+    mark_interrupted,
     open_executor,
+    recorded_count,
+    recorded_outcomes,
     replay_requests,
+    run_state,
+    still_as_left,
 )
-from kernel.orchestrate._attempt_record import is_staging
 from kernel.orchestrate._sharded_run import replay_shards
 from kernel.orchestrate._shards import (
     DEFAULT_SHARD_SIZE,
@@ -163,7 +173,11 @@ with --resume to continue without redoing recorded attempts (each recorded
 outcome is first derived again from the bundle and the stored certification,
 nothing run, and a certification counts only when its run's metadata and
 checker receipt give it again under the run-time receipt rules; a line that
-differs is refused, exit 3).
+differs is refused, exit 3). A certification that had completed when the
+interrupt came, though its outcome line was still waiting for the rest of
+its shard, is kept the same way and not run again (the summary counts them:
+"kept from the interrupted run"); only a verified one is kept, and anything
+else the interrupt left is removed and certified afresh.
 
 Evidence store (--evidence-store DIR, off by default; ADR 0019): evidence
 kept by content (the check's pins by SHA-256, the problem's digest) and
@@ -219,13 +233,7 @@ _MANIFEST_ADVICE = ("kernel run certifies under certified.v1: seal the draft wit
                     "`kernel replay`)")
 
 
-STATE_FILE = "run-state.json"
-OUTCOMES_FILE = "outcomes.jsonl"
-INTERRUPTED_FILE = "INTERRUPTED"
-BUNDLE_PARTIAL = ".bundle.partial"
-_STATE_FORMAT = "replay-kernel.run-state.v1"
 _METADATA_LIMIT = 1 << 20
-_ATTEMPT_DIR = re.compile(r"[0-9a-f]{64}")
 
 
 @contextmanager
@@ -266,44 +274,6 @@ class _NoteHandler(logging.Handler):
         typer.echo(f"note: {record.getMessage()}", err=True)
 
 
-def _create_work_dir(root: Path, state: bytes) -> None:
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        (root / STATE_FILE).write_bytes(state)
-    except OSError as exc:
-        refuse("work_dir_unreadable", f"{root}: {exc.strerror or exc}")
-
-
-def _state(run_id: str, count: int) -> bytes:
-    return json.dumps({"format": _STATE_FORMAT, "run_id": run_id, "attempt_count": count},
-                      sort_keys=True).encode() + b"\n"
-
-
-def _recorded_outcomes(work_dir: Path, run_id: str, count: int) -> list[bytes]:
-    """For --resume: the outcome lines already recorded in ``work_dir`` for this run."""
-    if work_dir.is_symlink() or not work_dir.is_dir():
-        refuse("resume_not_a_run", f"{work_dir}: not a work directory of kernel run")
-    try:
-        state = (work_dir / STATE_FILE).read_bytes()
-    except OSError as exc:
-        refuse("resume_not_a_run", f"{work_dir / STATE_FILE}: {exc.strerror or exc}")
-    if state != _state(run_id, count):
-        refuse("resume_other_run", f"{work_dir}: holds another run than this bundle's")
-    log = work_dir / OUTCOMES_FILE
-    data = log.read_bytes() if log.is_file() else b""
-    lines = data.split(b"\n")
-    complete = lines[:-1]  # a last line without its newline was cut by the interrupt
-    for index, line in enumerate(complete):
-        try:
-            record = json.loads(line)
-            ok = isinstance(record, dict) and record.get("attempt_index") == index
-        except ValueError:
-            ok = False
-        if not ok or index >= count:
-            refuse("resume_log_corrupt", f"{log}: line {index + 1} is not attempt {index}")
-    return complete
-
-
 def _check_recorded(work_dir: Path, prefix: list[Attempt], recorded: list[bytes]) -> None:
     """For --resume: each recorded line is what the bundle and the stored certification give.
 
@@ -336,7 +306,7 @@ def _check_recorded(work_dir: Path, prefix: list[Attempt], recorded: list[bytes]
 
 def _underived(stored: StoredCertifications, item: Attempt) -> str:
     """Why the attempt's stored certification does not count, for the message ('' if it does)."""
-    if item.attempt_id is None or not _ATTEMPT_DIR.fullmatch(item.attempt_id):
+    if item.attempt_id is None or not ATTEMPT_DIR.fullmatch(item.attempt_id):
         return ""  # no directory of its own to look at
     findings = stored.findings(item.attempt_id)
     if not findings:
@@ -383,7 +353,7 @@ def _root_cause(work_dir: Path) -> Callable[[int, str | None, ReplayAdapterOutco
 
 
 def _certification_lines(
-    root: Path, kept: set[str], seconds: float, spec: ExecutorSpec
+    root: Path, kept: set[str], adopted: frozenset[str], seconds: float, spec: ExecutorSpec
 ) -> list[str]:
     """The summary's account of the certifications this invocation ran: who, how many, how long.
 
@@ -396,7 +366,7 @@ def _certification_lines(
     containment: set[str] = set()
     for entry in sorted(root.iterdir()):
         metadata = entry / RUN_ID / "metadata.json"
-        if not _ATTEMPT_DIR.fullmatch(entry.name) or entry.name in kept:
+        if not ATTEMPT_DIR.fullmatch(entry.name) or entry.name in kept | adopted:
             continue
         reused += (entry / CERTIFIED_BY).is_file()
         if not metadata.is_file():
@@ -418,15 +388,17 @@ def _certification_lines(
     where = spec.kind.value + (f", {spec.workers} workers" if spec.workers else "")
     repeats = (f"  {reused} more reused an earlier attempt's passed certification of the "
                "same problem (certified-by.json; nothing run)")
+    earlier = (f", {len(kept)} recorded earlier" if kept else "") + (
+        f", {len(adopted)} kept from the interrupted run (derived again here, not run)"
+        if adopted else "")
     if not count:
-        lines = [f"certifications: none run ({where}): no attempt's contract closed here"
-                 + (f", {len(kept)} recorded earlier" if kept else "")]
+        why = "" if adopted else ": no attempt's contract closed here"
+        lines = [f"certifications: none run ({where}){why}{earlier}"]
         return lines + ([repeats] if reused else [])
     each = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
     return [
         f"certifications: {count} run ({each}), {seconds:.1f} s wall "
-        f"({seconds / count:.2f} s each on average; {where})"
-        + (f", {len(kept)} recorded earlier" if kept else ""),
+        f"({seconds / count:.2f} s each on average; {where})" + earlier,
         f"  z3 produced {produced}, cvc5 checked {checked} "
         f"(each step contained: {', '.join(sorted(containment))})",
     ] + ([repeats] if reused else [])
@@ -560,14 +532,17 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"note: --resume: {work_dir} holds no run yet (absent or empty); "
                            "starting fresh", err=True)
             resume = False
-        if resume:
-            recorded = _recorded_outcomes(work_dir, identity, total)
-            # Read past the recorded attempts, but never take their outcomes on trust.
-            prefix = (shards.take(len(recorded)) if shards is not None
-                      else list(itertools.islice(attempts, len(recorded))))
-            _check_recorded(work_dir, prefix, recorded)
-        else:
-            check_fresh_work_dir(work_dir)
+        try:
+            if resume:
+                recorded = recorded_outcomes(work_dir, identity, total)
+                # Read past the recorded attempts, but never take their outcomes on trust.
+                prefix = (shards.take(len(recorded)) if shards is not None
+                          else list(itertools.islice(attempts, len(recorded))))
+                _check_recorded(work_dir, prefix, recorded)
+            else:
+                check_fresh_work_dir(work_dir)
+        except WorkDirError as exc:
+            refuse(exc.code, exc.message)
         try:
             entry = certification_entry(discover_tools(Path(sys.executable)))
         except CertifierSetupError as exc:
@@ -590,14 +565,19 @@ def register(app: typer.Typer) -> None:
                 pool = stack.enter_context(open_executor(spec))
             except ExecutorSetupError as exc:
                 refuse(exc.code, exc.message)
-            if resume:
-                _clear_unrecorded(root, recorded)
-            else:
-                _create_work_dir(root, _state(identity, total))
+            left: dict[str, tuple[int, int]] = {}
+            try:
+                if resume:  # a certification the interrupt left complete may be kept
+                    left = clear_unrecorded(root, recorded)
+                else:
+                    create_work_dir(root, run_state(identity, total))
+            except WorkDirError as exc:
+                refuse(exc.code, exc.message)
             certifier = ExternalCertifier(
                 root, entry, RunLimits(deadline, deadline), default_environment(),
                 store=None if evidence_store is None else EvidenceStore(evidence_store),
                 rederive=rederive_certification,  # a worker's certification is derived here
+                adopt=resume,
             )
             log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
             kept = stack.enter_context((root / BUNDLE_PARTIAL).open("wb"))
@@ -612,7 +592,8 @@ def register(app: typer.Typer) -> None:
                     out=out, output_format=chosen, quiet=quiet, verbose=verbose,
                     fail_on=classes, total=total, label="certifying",
                     explain=_root_cause(root),
-                    epilogue=lambda: _certification_lines(root, recorded_ids, elapsed, spec),
+                    epilogue=lambda: _certification_lines(
+                        root, recorded_ids, still_as_left(root, left), elapsed, spec),
                 ) as emitter:
                     for index, (item, line) in enumerate(zip(prefix, recorded, strict=True)):
                         outcome = _outcome_of(line)
@@ -645,11 +626,11 @@ def register(app: typer.Typer) -> None:
                         typer.echo("note: a worker process died; the shards it had not "
                                    f"returned were run again ({runner.restarts} time(s))",
                                    err=True)
-                    _keep_bundle(root, kept, copy)
+                    keep_bundle(root, kept, copy.stream)
                     code = emitter.finish()
             except ShardError as exc:  # a shard's workers were lost: fail closed, resumable
                 log.flush()
-                done = (root / OUTCOMES_FILE).read_bytes().count(b"\n")
+                done = recorded_count(root)
                 refuse(exc.code, f"{exc.message}: {done} of {total} attempts recorded; "
                        f"continue with --resume --work-dir {work_dir}")
             except KeyboardInterrupt as exc:
@@ -657,9 +638,7 @@ def register(app: typer.Typer) -> None:
                 # What --resume will keep: the complete lines on disk (the signal
                 # may have come between a chunk's write and the count).
                 log.flush()
-                done = (root / OUTCOMES_FILE).read_bytes().count(b"\n")
-                (root / INTERRUPTED_FILE).write_text(
-                    json.dumps({"signal": name, "outcomes_recorded": done}) + "\n")
+                done = mark_interrupted(root, name)
                 typer.echo(f"error: interrupted: {name} after {done} of {total} attempts; "
                            f"continue with --resume --work-dir {work_dir}", err=True)
                 raise typer.Exit(exit_code) from None
@@ -667,34 +646,3 @@ def register(app: typer.Typer) -> None:
         if code:
             raise typer.Exit(code)
 
-
-def _keep_bundle(root: Path, kept: BinaryIO, copy: BundleCopy) -> None:
-    """The bundle as this run read it, every attempt read: DIR/bundle.json (or .jsonl).
-
-    The work directory binds the bundle it ran: ``kernel audit DIR``
-    re-derives every outcome from this copy, and ``kernel attest`` signs its
-    digest (docs/audit-and-attest.md). A run cut short leaves only the
-    partial copy, which --resume writes again.
-    """
-    kept.flush()
-    os.fsync(kept.fileno())
-    name = BUNDLE_STREAM_COPY if copy.stream else BUNDLE_COPY
-    other = BUNDLE_COPY if copy.stream else BUNDLE_STREAM_COPY
-    (root / other).unlink(missing_ok=True)
-    os.replace(root / BUNDLE_PARTIAL, root / name)
-
-
-def _clear_unrecorded(root: Path, recorded: list[bytes]) -> None:
-    """Remove what an interrupt left of the attempts after the recorded ones.
-
-    Their directories (named by attempt id) are removed, to be certified
-    afresh, and the log is cut back to its complete lines.
-    """
-    kept = {json.loads(line)["attempt_id"] for line in recorded}
-    for entry in root.iterdir():
-        unrecorded = _ATTEMPT_DIR.fullmatch(entry.name) and entry.name not in kept
-        if ((unrecorded or is_staging(entry.name))  # a record half landed (ADR 0022)
-                and entry.is_dir() and not entry.is_symlink()):
-            shutil.rmtree(entry)
-    (root / OUTCOMES_FILE).write_bytes(b"".join(line + b"\n" for line in recorded))
-    (root / INTERRUPTED_FILE).unlink(missing_ok=True)

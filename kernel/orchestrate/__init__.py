@@ -16,6 +16,8 @@ certifier runs are programs, not modules (``kernel/programs/``).
 - ``EvidenceProvider``: the seam; ``NoEvidence`` gathers nothing; a
   ``TaskProvider`` also cuts each attempt down to an ``EvidenceTask``, which
   is all that crosses an executor (ADR-0008);
+- the work directory's protocol (``_work_dir``): ``run_state``, ``recorded_outcomes``,
+  ``clear_unrecorded``, ``keep_bundle``, ``mark_interrupted``, ``WorkDirError``;
 - ``ExternalCertifier``: evidence for ``arithmetic.target_certified`` from
   the pinned z3 -> cvc5 pair (``discover_tools``, ``certification_entry``),
   sealed by the verification adapter in an independent session; its tasks
@@ -77,6 +79,26 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         CertifierTools,
         certification_entry,
         discover_tools,
+    )
+    from kernel.orchestrate._work_dir import (
+        ATTEMPT_DIR,
+        BUNDLE_COPY,
+        BUNDLE_PARTIAL,
+        BUNDLE_STREAM_COPY,
+        INTERRUPTED_FILE,
+        OUTCOMES_FILE,
+        STATE_FILE,
+        WorkDirError,
+        check_fresh_work_dir,
+        clear_unrecorded,
+        create_work_dir,
+        holds_nothing,
+        keep_bundle,
+        mark_interrupted,
+        recorded_count,
+        recorded_outcomes,
+        run_state,
+        still_as_left,
     )
     from kernel.orchestrate.errors import CertifierSetupError, ExecutorSetupError, OrchestrateError
 
@@ -149,6 +171,29 @@ _LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(
         (
+            "ATTEMPT_DIR",
+            "BUNDLE_COPY",
+            "BUNDLE_PARTIAL",
+            "BUNDLE_STREAM_COPY",
+            "INTERRUPTED_FILE",
+            "OUTCOMES_FILE",
+            "STATE_FILE",
+            "WorkDirError",
+            "check_fresh_work_dir",
+            "clear_unrecorded",
+            "create_work_dir",
+            "holds_nothing",
+            "keep_bundle",
+            "mark_interrupted",
+            "recorded_count",
+            "recorded_outcomes",
+            "run_state",
+            "still_as_left",
+        ),
+        "kernel.orchestrate._work_dir",
+    ),
+    **dict.fromkeys(
+        (
             "CertifierSetupError",
             "ExecutorSetupError",
             "OrchestrateError",
@@ -172,7 +217,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ATTEMPT_DIR",
     "BACKENDS_DIR",
+    "BUNDLE_COPY",
+    "BUNDLE_PARTIAL",
+    "BUNDLE_STREAM_COPY",
     "CERTIFICATION_RECORD",
     "CERTIFIED_BY",
     "CERTIFY_CHECK_ID",
@@ -191,23 +240,37 @@ __all__ = [
     "ExternalCertifier",
     "FirstOfKey",
     "Hit",
+    "INTERRUPTED_FILE",
     "InsertResult",
     "MAX_WORKERS",
     "Miss",
     "MissReason",
     "NoEvidence",
+    "OUTCOMES_FILE",
     "OrchestrateError",
     "RUN_ID",
+    "STATE_FILE",
     "TaskProvider",
+    "WorkDirError",
     "author_session",
     "backend_output",
     "certification_entry",
     "check_executor_spec",
+    "check_fresh_work_dir",
+    "clear_unrecorded",
+    "create_work_dir",
     "discover_tools",
     "gather_safely",
+    "holds_nothing",
+    "keep_bundle",
+    "mark_interrupted",
     "open_executor",
     "producer_session",
+    "recorded_count",
+    "recorded_outcomes",
     "replay_bundle",
     "replay_requests",
+    "run_state",
+    "still_as_left",
     "store_key",
 ]

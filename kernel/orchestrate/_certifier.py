@@ -76,6 +76,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final, assert_never, final
@@ -259,6 +260,9 @@ class ExternalCertifier:
     # How the driver derives a certification that came back from a worker
     # (ADR 0022); None: the worker's evidence is kept once its record lands.
     rederive: Rederive | None = attrs.field(default=None)
+    # --resume (ADR 0022): an attempt directory the interrupted run landed may be
+    # kept instead of certified again (``kept_already``); off for a fresh run.
+    adopt: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     @property
     def record_limit(self) -> int:
@@ -296,18 +300,55 @@ class ExternalCertifier:
             return (), (f"{label}: the record from its worker was refused: {exc}",)
         if not evidence or self.rederive is None:
             return evidence, ()
+        derived, why = self._derived(task, target)
+        if why is None and evidence != _evidence_of(derived):
+            why = "the evidence returned is not what its record derives"
+        if why is not None:
+            return (), (f"{label}: the certification from its worker is not counted: {why}",)
+        return evidence, ()
+
+    def kept_already(self, task: CertificationTask) -> tuple[ProofEvidence, ...] | None:
+        """On the driver, before ``task`` is sent: what the interrupted run left, if it counts.
+
+        Only with ``adopt`` (``--resume``). An attempt directory that the
+        interrupted run landed counts as one just back from a worker would:
+        derived here under every receipt rule, the request this attempt
+        plans. It is kept only with a verified receipt, since a failure may
+        be the interrupt's own doing. Then nothing runs. Anything else is
+        removed, with a note, and the attempt is certified afresh.
+        None: certify it.
+        """
+        target = self.work_dir / task.attempt_id
+        if not self.adopt or not (target.exists() or target.is_symlink()):
+            return None
+        if target.is_dir() and not target.is_symlink() and self.rederive is not None:
+            derived, why = self._derived(task, target)
+            if derived is not None and why is None:
+                if derived.receipt.status is ReceiptStatus.VERIFIED:
+                    return _evidence_of(derived)
+                why = f"its receipt is {derived.receipt.status.value}, not verified"
+        else:
+            why = "not an attempt directory" if self.rederive is not None else "not derived"
+        LOG.warning("attempt %s: the certification the interrupted run left is not kept (%s); "
+                    "certifying it again", task.attempt_id[:16], why)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+        return None
+
+    def _derived(
+        self, task: CertificationTask, target: Path
+    ) -> tuple[CertificationEvidence | None, str | None]:
+        """The certification ``target`` derives on this driver, or why it does not count."""
+        assert self.rederive is not None
         derived, reasons = self.rederive(target)
         why = (f"it does not derive on the driver: {reasons[0]}" if reasons
                else "no certification derives from it" if derived is None
                else "the request is not the one this attempt plans" if
                derived.request != self._planned_request(task)
-               else "the evidence returned is not what its record derives" if
-               evidence != (ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE,
-                                          dumps(derived)),)
                else None)
-        if why is not None:
-            return (), (f"{label}: the certification from its worker is not counted: {why}",)
-        return evidence, ()
+        return derived, why
 
     def _planned_request(self, task: CertificationTask) -> object:
         problem = certification_problem(task.candidate_frame)
@@ -559,6 +600,12 @@ class ExternalCertifier:
             raise _NoEvidence(f"attempt directory {attempt} is not empty (never reused)")
         return attempt
 
+
+
+def _evidence_of(derived: CertificationEvidence | None) -> tuple[ProofEvidence, ...]:
+    if derived is None:
+        return ()
+    return (ProofEvidence(TARGET_CERTIFIED, CERTIFICATION_MEDIA_TYPE, dumps(derived)),)
 
 
 def _names(_: object, attribute: attrs.Attribute[tuple[str, ...]], value: object) -> None:

@@ -194,6 +194,28 @@ def _kept(provider: EvidenceProvider, task: EvidenceTask, result: _Gathered) -> 
     return _Gathered(evidence, result.notes + notes)
 
 
+def _already_home(provider: EvidenceProvider, task: EvidenceTask) -> _Gathered | None:
+    """In the driver, before ``task`` runs: a resumed run's record that is home and counts.
+
+    A ``RecordKeeper`` may hold a certification the interrupted run landed
+    (ADR 0022, ``kept_already``); then nothing is sent. None: run the task.
+    """
+    if not (isinstance(provider, RecordKeeper) and isinstance(task, RecordedTask)):
+        return None
+    try:
+        evidence = provider.kept_already(task)
+    except Exception as exc:  # the driver's own failure: run it; a leftover fails it closed
+        LOG.warning("a record left by the interrupted run was not looked at: %s: %s",
+                    type(exc).__name__, exc)
+        return None
+    return None if evidence is None else _Gathered(evidence, ())
+
+
+def _gather_here(provider: EvidenceProvider, task: EvidenceTask, label: str) -> _Gathered:
+    """Inline: ``task`` gathered in this process, unless its record is already home."""
+    return _already_home(provider, task) or _gather_task(task, label)
+
+
 def _prepare(
     provider: EvidenceProvider, tasks: TaskProvider | None, state: ContractClosed
 ) -> tuple[EvidenceTask | None, tuple[str, ...]]:
@@ -245,7 +267,12 @@ def lost_to_a_broken_pool(future: Future[_Gathered]) -> bool:
             and isinstance(future.exception(), BrokenExecutor))
 
 
-def _submit(executor: Executor, task: EvidenceTask, label: str) -> Future[_Gathered] | _Gathered:
+def _submit(
+    executor: Executor, provider: EvidenceProvider, task: EvidenceTask, label: str
+) -> Future[_Gathered] | _Gathered:
+    home = _already_home(provider, task)
+    if home is not None:
+        return home
     try:
         return executor.submit(_gather_task, task, label, True)
     except Exception as exc:  # a broken pool, a task that cannot be pickled, a lost client
@@ -319,7 +346,7 @@ def replay_requests(
         assert executor is not None
         stage = staged[index]
         assert isinstance(stage, ContractClosed)
-        submitted = _submit(executor, task, _label(stage))
+        submitted = _submit(executor, provider, task, _label(stage))
         if isinstance(submitted, _Gathered):
             return settle(index, submitted)
         sent[index] = task
@@ -351,7 +378,7 @@ def replay_requests(
         elif executor is None:
             key = in_flight_key(task)
             ran, _ = memory.reuse(key, base + index, task)
-            gathered[index] = _gather_task(ran, _label(stage))
+            gathered[index] = _gather_here(provider, ran, _label(stage))
             memory.note(key, base + index, task, gathered[index].evidence)
             advance()
         else:

@@ -98,6 +98,13 @@ class RecordKeeper(Protocol):
         """In the driver: the evidence that counts for ``task``, and notes."""
         ...
 
+    def kept_already(self, task: RecordedTask) -> tuple[ProofEvidence, ...] | None:
+        """In the driver, before ``task`` runs: the evidence its record, already home, gives.
+
+        A resumed run's (ADR 0022): None means run the task.
+        """
+        ...
+
 
 @final
 @attrs.frozen

@@ -54,7 +54,7 @@ from kernel.bundles import ReadyAttempt, RefusedAttempt, outcome_line
 from kernel.orchestrate._driver import (
     LOG,
     _collect,
-    _gather_task,
+    _gather_here,
     _Gathered,
     _kept,
     _label,
@@ -240,7 +240,7 @@ class _Gathering:
             key = in_flight_key(closed.task)
             task, reused = self._first.reuse(key, closed.index, closed.task)
             if self._executor is None:
-                result = _gather_task(task, closed.label)
+                result = _gather_here(self._provider, task, closed.label)
                 slot.gathered[closed.index] = result
                 self._first.note(key, closed.index, closed.task, result.evidence)
                 continue
@@ -256,7 +256,7 @@ class _Gathering:
 
     def _send(self, slot: _Slot, closed: Closed, task: EvidenceTask) -> None:
         assert self._executor is not None
-        submitted = _submit(self._executor, task, closed.label)
+        submitted = _submit(self._executor, self._provider, task, closed.label)
         if isinstance(submitted, _Gathered):
             self._settle(slot, closed, submitted)
         else:
