@@ -141,3 +141,13 @@ def test_audit_and_attest_take_q_and_audit_q_keeps_the_verdict_in_its_exit_code(
     signed = kernel("attest", fresh, "--key", key, "-q", "--fail-on", "integrity")
     assert (signed.returncode, signed.stdout) == (0, ""), signed.stderr
     assert (fresh / "attestation.dsse.json").is_file()
+
+
+def test_recheck_returned_is_refused_inline_before_anything_is_written(tmp_path: Path) -> None:
+    # Inline, every checker already runs on the driver: the flag would promise nothing.
+    bundle = ROOT / "examples" / "e2e" / "bundle.json"
+    done = kernel("run", bundle, "--work-dir", tmp_path / "W", "--recheck-returned")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: option_conflict: --recheck-returned"), done.stderr
+    assert done.stderr.count("\n") == 1
+    assert not (tmp_path / "W").exists()

@@ -14,15 +14,8 @@ real certification left, then altered as a compromised worker would.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -42,19 +35,11 @@ from kernel.replay import (
 )
 from tests.orchestrate_helpers import ROOT, certifier, e2e_bundle
 from tests.support.cli import KERNEL_MAIN
+from tests.support.separate_workers import can_unshare, separate_workers
 
 pytestmark = pytest.mark.slow
 
-DASK = Path(sys.executable).parent / "dask"
 BUNDLE = ROOT / "examples" / "e2e" / "bundle.json"
-START_SECONDS = 60.0
-
-
-def _can_unshare() -> bool:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        return False
-    done = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
-    return done.returncode == 0
 
 
 def _kernel(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -62,59 +47,12 @@ def _kernel(*args: str | Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
-@contextlib.contextmanager
-def _cluster(root: Path, hidden: Path) -> Iterator[str]:
-    """A scheduler and two workers, each worker with ``hidden`` a private tmpfs of its own."""
-    processes: list[subprocess.Popen[bytes]] = []
-
-    def spawn(argv: list[str], name: str) -> None:
-        with (root / f"{name}.log").open("wb") as log:
-            processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, cwd=root,
-                                              start_new_session=True))
-
-    scheduler_file = root / "scheduler.json"
-    spawn([str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-           "--scheduler-file", str(scheduler_file)], "scheduler")
-    try:
-        deadline = time.monotonic() + START_SECONDS
-        while not scheduler_file.is_file() or not scheduler_file.stat().st_size:
-            assert time.monotonic() < deadline and processes[0].poll() is None
-            time.sleep(0.1)
-        address = json.loads(scheduler_file.read_text())["address"]
-        for index in range(2):
-            worker = (f"mount -t tmpfs tmpfs {hidden} && exec {DASK} worker "
-                      f"--scheduler-file {scheduler_file} --nthreads 1 --no-nanny "
-                      f"--no-dashboard --host 127.0.0.1 --name w{index} "
-                      f"--local-directory {root / f'w{index}'}")
-            spawn(["unshare", "-m", "--propagation", "private", "sh", "-c", worker],
-                  f"worker-{index}")
-        from distributed import Client
-
-        with Client(address, timeout=START_SECONDS,  # type: ignore[no-untyped-call]
-                    set_as_default=False) as client:
-            client.wait_for_workers(2, timeout=START_SECONDS)
-        yield address
-    finally:
-        for process in reversed(processes):
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
 def _tree(root: Path) -> dict[str, bytes | None]:
     return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
             for p in sorted(root.rglob("*"))}
 
 
-@pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -m (a mount namespace)")
+@pytest.mark.skipif(not can_unshare(), reason="needs root and unshare -m (a mount namespace)")
 def test_a_run_on_workers_that_share_no_file_system_audits_intact_on_the_driver(
     tmp_path: Path,
 ) -> None:
@@ -127,7 +65,7 @@ def test_a_run_on_workers_that_share_no_file_system_audits_intact_on_the_driver(
     work.rename(tmp_path / "inline-W")
     cluster_root = tmp_path / "cluster"
     cluster_root.mkdir()
-    with _cluster(cluster_root, shared) as address:
+    with separate_workers(cluster_root, shared) as address:
         done = _kernel("run", BUNDLE, "--executor", "dask", "--scheduler", address,
                        "--work-dir", work, "-q", "-o", tmp_path / "dask.jsonl")
     assert done.returncode == 3, done.stderr

@@ -34,7 +34,15 @@ from kernel.audit._store import (
     read_bounded,
     sha256_file,
 )
-from kernel.external import Manifest, RunMetadata, RunOutcome, Status, content_digest
+from kernel.external import (
+    Manifest,
+    RunMetadata,
+    RunOutcome,
+    RunRecordError,
+    Status,
+    content_digest,
+    read_run_metadata,
+)
 from kernel.identity import digest
 from kernel.orchestrate import (
     CERTIFICATION_RECORD,
@@ -42,6 +50,8 @@ from kernel.orchestrate import (
     EVIDENCE_SOURCE,
     INTERRUPTED_FILE,
     OUTCOMES_FILE,
+    RECHECK_ID,
+    RUN_ID,
     STATE_FILE,
     backend_output,
 )
@@ -67,6 +77,16 @@ def attempt_dirs(root: Path) -> list[Path]:
 
 
 def audit_attempt(a: Auditor, attempt: Path) -> CertificationEvidence | None:
+    """Every check of one attempt directory; the certification it derives, if any.
+
+    A certification that the driver's own checker rejected
+    (``_driver_accepted``) is none, though its records are intact.
+    """
+    evidence = _audit_attempt_records(a, attempt)
+    return evidence if evidence is None or _driver_accepted(attempt) else None
+
+
+def _audit_attempt_records(a: Auditor, attempt: Path) -> CertificationEvidence | None:
     run = attempt / "run"
     for name in ("run", "repository"):
         if (attempt / name).is_symlink():
@@ -270,6 +290,23 @@ def derive_certification(
         evidence = None
     findings = tuple(a.findings)
     return (None if findings else evidence), findings
+
+
+def _driver_accepted(attempt: Path) -> bool:
+    """False when the driver re-ran its checker on a worker's evidence and it did not pass.
+
+    ``kernel run --recheck-returned`` keeps that replay in the attempt
+    (``run/replays/driver-recheck``, audited with the run's other replays):
+    a certification the driver's own checker did not accept is none, for
+    the audit and for --resume as for the run that recorded the outcome.
+    """
+    replay = attempt / RUN_ID / "replays" / RECHECK_ID / "metadata.json"
+    if not replay.exists() and not replay.is_symlink():
+        return True
+    try:
+        return read_run_metadata(replay).decision.status is Status.PASS
+    except RunRecordError:
+        return False
 
 
 def rederive_certification(attempt: Path) -> tuple[CertificationEvidence | None, tuple[str, ...]]:

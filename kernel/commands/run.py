@@ -497,6 +497,13 @@ def register(app: typer.Typer) -> None:
                  "wait for its slowest certification, so smaller shards keep fewer "
                  "waiting). Their pure steps run on the workers a shard at a "
                  "time. Output bytes are the same for every size.")] = None,
+        recheck_returned: Annotated[bool, typer.Option(
+            "--recheck-returned",
+            help="With --executor process or dask: before a certification a worker "
+                 "returned counts, run the pinned checker on its evidence here, in this "
+                 "machine's sandbox (checker only; kept as DIR/<attempt_id>/run/replays/"
+                 "driver-recheck/). A compromised worker can then cost the run its speed, "
+                 "never forge its PASS. Outcome bytes are unchanged.")] = False,
         evidence_store: Annotated[Path | None, typer.Option(
             "--evidence-store", metavar="DIR",
             help="Evidence store shared by runs (created if absent; off by default): "
@@ -511,6 +518,10 @@ def register(app: typer.Typer) -> None:
             refuse("invalid_deadline", f"--deadline must be positive and at most "
                    f"{MAX_DEADLINE_SECONDS} seconds (7 days), got {deadline}")
         spec = executor_spec(executor, workers, scheduler, connect_timeout)
+        if recheck_returned and spec.kind is ExecutorKind.INLINE:
+            refuse("option_conflict", "--recheck-returned re-checks what workers return: "
+                   "it needs --executor process or dask (inline, every certification "
+                   "already runs here)")
         refuse_output_is_input(out, bundle_path, work_dir / OUTCOMES_FILE)
         refuse_output_in_work_dir(out, work_dir)
         copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)
@@ -577,7 +588,7 @@ def register(app: typer.Typer) -> None:
                 root, entry, RunLimits(deadline, deadline), default_environment(),
                 store=None if evidence_store is None else EvidenceStore(evidence_store),
                 rederive=rederive_certification,  # a worker's certification is derived here
-                adopt=resume,
+                adopt=resume, recheck=recheck_returned,
             )
             log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
             kept = stack.enter_context((root / BUNDLE_PARTIAL).open("wb"))

@@ -71,6 +71,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         NoEvidence,
         TaskProvider,
     )
+    from kernel.orchestrate._recheck import RECHECK_ID
     from kernel.orchestrate._tools import (
         BACKENDS_DIR,
         CERTIFY_CHECK_ID,
@@ -138,6 +139,7 @@ _LAZY: dict[str, str] = {
         "kernel.orchestrate._driver",
     ),
     "FirstOfKey": "kernel.orchestrate._inflight",
+    "RECHECK_ID": "kernel.orchestrate._recheck",
     **dict.fromkeys(
         (
             "ExecutorKind",
@@ -248,6 +250,7 @@ __all__ = [
     "NoEvidence",
     "OUTCOMES_FILE",
     "OrchestrateError",
+    "RECHECK_ID",
     "RUN_ID",
     "STATE_FILE",
     "TaskProvider",

@@ -109,6 +109,7 @@ from kernel.orchestrate._attempt_record import (
     take_record,
 )
 from kernel.orchestrate._evidence_store import EvidenceStore, Hit, InsertResult, store_key
+from kernel.orchestrate._recheck import rechecked_on_driver
 from kernel.orchestrate._tools import CERTIFY_SPECIFICATION
 from kernel.organs import (
     CERTIFICATION_BACKEND,
@@ -149,6 +150,7 @@ CERTIFICATION_RECORD: Final = "certification.json"
 EVIDENCE_SOURCE: Final = "evidence-source.json"
 CERTIFIED_BY: Final = "certified-by.json"
 _ATTEMPT_ID: Final = re.compile(r"[0-9a-f]{64}")
+_REPLAYS: Final = f"{RUN_ID}/replays"
 
 
 #: The driver's own derivation of a landed attempt's certification (``kernel.audit``'s
@@ -263,6 +265,8 @@ class ExternalCertifier:
     # --resume (ADR 0022): an attempt directory the interrupted run landed may be
     # kept instead of certified again (``kept_already``); off for a fresh run.
     adopt: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    # The driver re-runs its pinned checker on what a worker returns (``_recheck``).
+    recheck: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     @property
     def record_limit(self) -> int:
@@ -291,6 +295,8 @@ class ExternalCertifier:
             return evidence, ()
         target = self.work_dir / task.attempt_id
         try:
+            if any(e.path == _REPLAYS or e.path.startswith(_REPLAYS + "/") for e in record.entries):
+                raise RecordRefused("a worker's record holds no replay (the driver's own go there)")
             if target.exists() or target.is_symlink():
                 if not matches_record(target, record, self.record_limit):
                     raise RecordRefused(f"{target} differs from the record its worker returned")
@@ -303,6 +309,11 @@ class ExternalCertifier:
         derived, why = self._derived(task, target)
         if why is None and evidence != _evidence_of(derived):
             why = "the evidence returned is not what its record derives"
+        problem = certification_problem(task.candidate_frame)
+        if (why is None and self.recheck and problem is not None and derived is not None
+                and derived.receipt.status is ReceiptStatus.VERIFIED):  # only a pass can mislead
+            why = rechecked_on_driver(target, RUN_ID, self.entry, problem, self.limits,
+                                      dict(self.environment))
         if why is not None:
             return (), (f"{label}: the certification from its worker is not counted: {why}",)
         return evidence, ()
@@ -321,7 +332,10 @@ class ExternalCertifier:
         target = self.work_dir / task.attempt_id
         if not self.adopt or not (target.exists() or target.is_symlink()):
             return None
-        if target.is_dir() and not target.is_symlink() and self.rederive is not None:
+        why: str | None
+        if self.recheck:  # kept only as the driver's checker passed it: run it again whole
+            why = "this run re-checks on the driver"
+        elif target.is_dir() and not target.is_symlink() and self.rederive is not None:
             derived, why = self._derived(task, target)
             if derived is not None and why is None:
                 if derived.receipt.status is ReceiptStatus.VERIFIED:
