@@ -330,7 +330,10 @@ def test_a_worker_that_dies_whenever_its_task_runs_costs_at_most_max_restarts_po
 
 
 def _mark_and_wait(marks: Path, name: str, seconds: float) -> str:
-    (marks / name).write_text(str(os.getpid()))
+    # Whole or absent (a rename): the test read the mark between its creation and
+    # its write once, an empty pid (round 5 of the interrupts loop).
+    (marks / f".{name}").write_text(str(os.getpid()))
+    (marks / f".{name}").rename(marks / name)
     time.sleep(seconds)
     return name
 
