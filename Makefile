@@ -164,6 +164,10 @@ bench: $(STAMP) sandbox-tools  ## issue 10's seven targets, issue 21's store and
 bench-groups: $(STAMP) sandbox-tools  ## the detailed interleaved comparisons: canonical_json, strict parse, replay, start-up (~2-4 min)
 	$(BIN)/python -m bench
 
+.PHONY: bench-recheck
+bench-recheck: $(STAMP) sandbox-tools  ## kernel run with and without --recheck-returned, 20 certifications on 2 workers, 3 interleaved rounds (~1 min)
+	$(BIN)/python -m bench._recheck 3 20
+
 .PHONY: bench-parallel
 bench-parallel: $(STAMP) sandbox-tools  ## 200 real checks: serial against process pools and Dask of 1, 2, 4 workers, 3 full rounds (~10-25 min)
 	$(BIN)/python -m bench --parallel

@@ -20,7 +20,7 @@ import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Final, assert_never, cast
+from typing import Annotated, BinaryIO, Final, assert_never, cast
 
 import typer
 
@@ -48,6 +48,7 @@ from kernel.identity import JsonValue
 from kernel.orchestrate._executors import (
     ExecutorKind,
     ExecutorSpec,
+    TlsFiles,
     check_executor_spec,
 )
 from kernel.orchestrate._shards import (
@@ -67,13 +68,24 @@ from kernel.replay import ReplayBundle
 from kernel.serde import SerdeError, parse_json, structure
 
 __all__ = [
-    "EXECUTOR_NAMES", "MAX_SHARD_SIZE", "DocumentShards", "StreamShards", "complete_executor",
-    "executor_spec", "open_sharded", "replay_sharded",
+    "EXECUTOR_NAMES", "MAX_SHARD_SIZE", "DocumentShards", "StreamShards", "TlsCaOption",
+    "TlsCertOption", "TlsKeyOption", "complete_executor", "executor_spec", "open_sharded",
+    "replay_sharded",
 ]
 
 MAX_SHARD_SIZE: Final = 1_000_000
 #: The --executor choices, as usage lines show them (kernel run, kernel replay).
 EXECUTOR_NAMES: Final = "|".join(kind.value for kind in ExecutorKind)
+
+# Dask's own names for its TLS files (``dask scheduler|worker --tls-*``): a cluster
+# across machines is mutually authenticated and encrypted (docs/main-job.md).
+TlsCaOption = Annotated[Path | None, typer.Option(
+    "--tls-ca-file", metavar="PEM", help="With --scheduler tls://...: the certificate "
+    "authority the scheduler's certificate (and this client's) is checked against.")]
+TlsCertOption = Annotated[Path | None, typer.Option(
+    "--tls-cert", metavar="PEM", help="With --scheduler tls://...: this client's certificate.")]
+TlsKeyOption = Annotated[Path | None, typer.Option(
+    "--tls-key", metavar="PEM", help="With --scheduler tls://...: this client's private key.")]
 
 
 def complete_executor(incomplete: str) -> list[str]:
@@ -89,7 +101,8 @@ def _available_cpus() -> int:
 
 
 def executor_spec(
-    executor: str | None, workers: str | None, scheduler: str | None, connect_timeout: float
+    executor: str | None, workers: str | None, scheduler: str | None, connect_timeout: float,
+    tls: tuple[Path | None, Path | None, Path | None] = (None, None, None),
 ) -> ExecutorSpec:
     """The executor the options name; ``--workers N`` alone means a process pool."""
     if executor is None:
@@ -112,7 +125,13 @@ def executor_spec(
         refuse(
             "invalid_connect_timeout", f"--connect-timeout must be positive, got {connect_timeout}"
         )
-    spec = ExecutorSpec(kind, count, scheduler, connect_timeout)
+    files = None
+    if any(path is not None for path in tls):
+        ca, cert, key = tls
+        if ca is None or cert is None or key is None:
+            refuse("option_conflict", "--tls-ca-file, --tls-cert and --tls-key go together")
+        files = TlsFiles(str(ca), str(cert), str(key))
+    spec = ExecutorSpec(kind, count, scheduler, connect_timeout, files)
     try:
         check_executor_spec(spec)
     except ExecutorSetupError as exc:
@@ -345,7 +364,7 @@ def _runner(spec: ExecutorSpec, shared: SharedRun) -> contextlib.AbstractContext
             return process_shards(shared, spec.workers, fork=True)
         case ExecutorKind.DASK:
             return dask_shards(shared, workers=spec.workers, scheduler=spec.scheduler,
-                               connect_seconds=spec.connect_seconds)
+                               connect_seconds=spec.connect_seconds, tls=spec.tls)
         case ExecutorKind.INLINE:
             raise AssertionError("inline replay is not sharded")
         case _:

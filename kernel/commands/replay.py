@@ -50,6 +50,9 @@ from kernel.commands._outcomes import (
 )
 from kernel.commands._sharded import (
     MAX_SHARD_SIZE,
+    TlsCaOption,
+    TlsCertOption,
+    TlsKeyOption,
     complete_executor,
     executor_spec,
     replay_sharded,
@@ -148,6 +151,9 @@ def register(app: typer.Typer) -> None:
         connect_timeout: Annotated[float, typer.Option(
             "--connect-timeout", metavar="SECONDS",
             help="How long to try reaching --scheduler before refusing.")] = 10.0,
+        tls_ca_file: TlsCaOption = None,
+        tls_cert: TlsCertOption = None,
+        tls_key: TlsKeyOption = None,
         shard_size: Annotated[int | None, typer.Option(
             "--shard-size", metavar="N", min=1, max=MAX_SHARD_SIZE,
             help=f"Attempts per shard with --workers or --executor dask "
@@ -159,7 +165,8 @@ def register(app: typer.Typer) -> None:
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on)
         refuse_output_is_input(out, bundle_path)
-        spec = executor_spec(executor, workers, scheduler, connect_timeout)
+        spec = executor_spec(executor, workers, scheduler, connect_timeout,
+                             (tls_ca_file, tls_cert, tls_key))
         if spec.kind is not ExecutorKind.INLINE:
             replay_sharded(
                 bundle_path, spec, shard_size or DEFAULT_SHARD_SIZE, out=out,

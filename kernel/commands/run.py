@@ -77,6 +77,9 @@ from kernel.commands._sharded import (
     MAX_SHARD_SIZE,
     DocumentShards,
     StreamShards,
+    TlsCaOption,
+    TlsCertOption,
+    TlsKeyOption,
     complete_executor,
     executor_spec,
     open_sharded,
@@ -490,6 +493,9 @@ def register(app: typer.Typer) -> None:
         connect_timeout: Annotated[float, typer.Option(
             "--connect-timeout", metavar="SECONDS",
             help="How long to try reaching --scheduler before refusing.")] = 10.0,
+        tls_ca_file: TlsCaOption = None,
+        tls_cert: TlsCertOption = None,
+        tls_key: TlsKeyOption = None,
         shard_size: Annotated[int | None, typer.Option(
             "--shard-size", metavar="N", min=1, max=MAX_SHARD_SIZE,
             help=f"Attempts per shard with --executor process or dask (default "
@@ -517,7 +523,8 @@ def register(app: typer.Typer) -> None:
         if not 0 < deadline <= MAX_DEADLINE_SECONDS:
             refuse("invalid_deadline", f"--deadline must be positive and at most "
                    f"{MAX_DEADLINE_SECONDS} seconds (7 days), got {deadline}")
-        spec = executor_spec(executor, workers, scheduler, connect_timeout)
+        spec = executor_spec(executor, workers, scheduler, connect_timeout,
+                             (tls_ca_file, tls_cert, tls_key))
         if recheck_returned and spec.kind is ExecutorKind.INLINE:
             refuse("option_conflict", "--recheck-returned re-checks what workers return: "
                    "it needs --executor process or dask (inline, every certification "

@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         MAX_WORKERS,
         ExecutorKind,
         ExecutorSpec,
+        TlsFiles,
         check_executor_spec,
         open_executor,
     )
@@ -145,6 +146,7 @@ _LAZY: dict[str, str] = {
             "ExecutorKind",
             "ExecutorSpec",
             "MAX_WORKERS",
+            "TlsFiles",
             "check_executor_spec",
             "open_executor",
         ),
@@ -254,6 +256,7 @@ __all__ = [
     "RUN_ID",
     "STATE_FILE",
     "TaskProvider",
+    "TlsFiles",
     "WorkDirError",
     "author_session",
     "backend_output",

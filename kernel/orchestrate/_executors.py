@@ -112,13 +112,28 @@ def _positive_seconds(_: object, attribute: attrs.Attribute[float], value: objec
 
 @final
 @attrs.frozen
+class TlsFiles:
+    """The PEM files this side presents to a ``tls://`` scheduler (Dask's ``Security``).
+
+    ``ca_file`` is the authority both the scheduler's and this client's
+    certificates are checked against; ``cert`` and ``key`` are this client's.
+    Encryption is then required: nothing falls back to plain TCP.
+    """
+
+    ca_file: str = attrs.field(validator=attrs.validators.instance_of(str))
+    cert: str = attrs.field(validator=attrs.validators.instance_of(str))
+    key: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+@final
+@attrs.frozen
 class ExecutorSpec:
     """An executor choice, checked by ``open_executor`` (not here, so the CLI can refuse it).
 
     ``workers`` is the pool size (``process``) or the number of local Dask
     workers (``dask`` without ``scheduler``); ``scheduler`` is a Dask
-    scheduler address (``tcp://host:8786``); ``connect_seconds`` bounds the
-    connection to it.
+    scheduler address (``tcp://host:8786``, or ``tls://`` with ``tls``);
+    ``connect_seconds`` bounds the connection to it.
     """
 
     kind: ExecutorKind = attrs.field(validator=attrs.validators.instance_of(ExecutorKind))
@@ -126,6 +141,9 @@ class ExecutorSpec:
     scheduler: str | None = None
     connect_seconds: float = attrs.field(
         default=_DEFAULT_CONNECT_SECONDS, validator=_positive_seconds
+    )
+    tls: TlsFiles | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(TlsFiles))
     )
 
 
@@ -162,6 +180,16 @@ def check_executor_spec(spec: ExecutorSpec) -> None:
                 raise ExecutorSetupError("scheduler_unreachable", "empty scheduler address")
         case _:
             assert_never(spec.kind)
+    if spec.tls is not None:
+        if spec.scheduler is None or not spec.scheduler.startswith("tls://"):
+            raise ExecutorSetupError(
+                "option_conflict", "TLS files are for a tls:// scheduler address "
+                f"(--scheduler tls://HOST:PORT), got {spec.scheduler!r}")
+        for name, path in (("CA", spec.tls.ca_file), ("certificate", spec.tls.cert),
+                           ("key", spec.tls.key)):
+            if not os.access(path, os.R_OK) or not os.path.isfile(path):
+                raise ExecutorSetupError("tls_unreadable", f"TLS {name} file {path}: not a "
+                                         "readable file")
 
 
 @contextlib.contextmanager
@@ -192,23 +220,37 @@ def _unreachable(address: str, exc: Exception) -> ExecutorSetupError:
     return ExecutorSetupError("scheduler_unreachable", f"{address}: {type(exc).__name__}: {exc}")
 
 
-def _probe_scheduler(address: str, seconds: float) -> None:
-    """Open and close one plain TCP connection to ``address`` within ``seconds``.
+def _probe_scheduler(address: str, seconds: float, tls: TlsFiles | None = None) -> None:
+    """Open and close one connection to ``address`` within ``seconds`` (TLS with ``tls``).
 
     A ``Client`` that fails to connect is left half-built and, when collected,
-    blocks on closing itself; probing first keeps the refusal prompt and
-    quiet. Other schemes (``tls://``, ``ucx://``) need the security
-    configuration and are left to the ``Client``.
+    blocks on closing itself (a traceback on stderr, seconds later); probing
+    first keeps the refusal prompt and quiet. A ``tls://`` address is probed
+    with the handshake the client will make: with ``tls``, or with Dask's own
+    TLS configuration; without either it is refused here. Other schemes
+    (``ucx://``) are left to the ``Client``.
     """
     import asyncio
 
     from distributed.comm.core import connect
+    from distributed.security import Security
 
-    if "://" in address and not address.startswith("tcp://"):
+    tls_address = address.startswith("tls://")
+    if "://" in address and not (address.startswith("tcp://") or tls_address):
         return
+    arguments: dict[str, object] = {}
+    if tls_address:
+        security = Security() if tls is None else _security(tls)  # type: ignore[no-untyped-call]
+        arguments = security.get_connection_args("client")  # type: ignore[attr-defined]
+        if arguments.get("ssl_context") is None:
+            raise ExecutorSetupError(
+                "scheduler_unreachable", f"{address}: a tls:// scheduler needs this side's "
+                "TLS files: --tls-ca-file, --tls-cert and --tls-key (or Dask's "
+                "distributed.comm.tls configuration)")
 
     async def probe() -> None:
-        comm = await connect(address, timeout=seconds)  # type: ignore[no-untyped-call]
+        comm = await connect(  # type: ignore[no-untyped-call]
+            address, timeout=seconds, **arguments)
         await comm.close()
 
     try:
@@ -374,10 +416,40 @@ def local_client(workers: int) -> Iterator[Any]:
     _close_cluster(local, client, _CLOSE_SECONDS)
 
 
+def scheduler_client(spec: ExecutorSpec) -> Any:
+    """A ``distributed.Client`` to ``spec.scheduler`` (TLS with ``spec.tls``), or refused.
+
+    A plain TCP address is probed first (``_probe_scheduler``). Raises
+    ``ExecutorSetupError`` (``scheduler_unreachable``) when it cannot be reached,
+    a TLS handshake included.
+    """
+    from distributed import Client
+
+    assert spec.scheduler is not None
+    _probe_scheduler(spec.scheduler, spec.connect_seconds, spec.tls)
+    try:
+        return Client(  # type: ignore[no-untyped-call]
+            spec.scheduler, timeout=spec.connect_seconds, set_as_default=False,
+            **({} if spec.tls is None else {"security": _security(spec.tls)}),
+        )
+    except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address
+        raise _unreachable(spec.scheduler, exc) from exc
+
+
+def _security(tls: TlsFiles) -> object:
+    """Dask's ``Security`` for ``tls``: mutual TLS, encryption required."""
+    from distributed.security import Security
+
+    return Security(  # type: ignore[no-untyped-call]
+        tls_ca_file=tls.ca_file, tls_client_cert=tls.cert, tls_client_key=tls.key,
+        require_encryption=True,
+    )
+
+
 @contextlib.contextmanager
 def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
     try:
-        from distributed import Client
+        import distributed  # noqa: F401  (is it installed: refused here, not on first use)
     except ImportError as exc:
         raise ExecutorSetupError(
             "executor_unavailable",
@@ -388,15 +460,7 @@ def _dask(spec: ExecutorSpec) -> Iterator[Executor]:
             assert spec.workers is not None
             client = stack.enter_context(local_client(spec.workers))
         else:
-            _probe_scheduler(spec.scheduler, spec.connect_seconds)
-            try:
-                client = stack.enter_context(
-                    Client(  # type: ignore[no-untyped-call]
-                        spec.scheduler, timeout=spec.connect_seconds, set_as_default=False
-                    )
-                )
-            except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address
-                raise _unreachable(spec.scheduler, exc) from exc
+            client = stack.enter_context(scheduler_client(spec))
         executor = client.get_executor(pure=False)
         try:
             yield executor

@@ -76,10 +76,10 @@ from kernel.orchestrate._children import second_interrupts_ignored
 from kernel.orchestrate._executors import (
     ExecutorKind,
     ExecutorSpec,
-    _probe_scheduler,
-    _unreachable,
+    TlsFiles,
     check_executor_spec,
     local_client,
+    scheduler_client,
 )
 from kernel.orchestrate._worker_pool import Start, Task, TaskFailed, WorkerPool
 from kernel.orchestrate.errors import ExecutorSetupError, OrchestrateError
@@ -583,14 +583,14 @@ class _DaskShards(ShardRunner):
 @contextlib.contextmanager
 def dask_shards(
     shared: SharedRun, *, workers: int | None, scheduler: str | None,
-    connect_seconds: float = 10.0, in_flight: int | None = None,
+    connect_seconds: float = 10.0, in_flight: int | None = None, tls: TlsFiles | None = None,
 ) -> Iterator[ShardRunner]:
     """Shards on Dask: the cluster at ``scheduler``, or a local one of ``workers``.
 
     Raises ``ExecutorSetupError`` as ``open_executor`` does when the cluster
     cannot be reached or started.
     """
-    spec = ExecutorSpec(ExecutorKind.DASK, workers, scheduler, connect_seconds)
+    spec = ExecutorSpec(ExecutorKind.DASK, workers, scheduler, connect_seconds, tls)
     check_executor_spec(spec)
     with _dask_client(spec) as client, _dask_runner(client, shared, workers, in_flight) as runner:
         yield runner
@@ -652,7 +652,7 @@ def _dask_client(spec: ExecutorSpec) -> Iterator[Any]:
     part is scattered to every worker once, which an ``Executor`` cannot do.
     """
     try:
-        from distributed import Client
+        import distributed  # noqa: F401  (is it installed: refused here, not on first use)
     except ImportError as exc:
         raise ExecutorSetupError(
             "executor_unavailable",
@@ -663,13 +663,5 @@ def _dask_client(spec: ExecutorSpec) -> Iterator[Any]:
             assert spec.workers is not None
             client = stack.enter_context(local_client(spec.workers))
         else:
-            _probe_scheduler(spec.scheduler, spec.connect_seconds)
-            try:
-                client = stack.enter_context(
-                    Client(  # type: ignore[no-untyped-call]
-                        spec.scheduler, timeout=spec.connect_seconds, set_as_default=False
-                    )
-                )
-            except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address
-                raise _unreachable(spec.scheduler, exc) from exc
+            client = stack.enter_context(scheduler_client(spec))
         yield client
