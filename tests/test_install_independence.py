@@ -32,7 +32,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -52,6 +51,7 @@ from kernel.verification import (
 from tests.orchestrate_helpers import E2E_BUNDLE, ROOT, stored_main_job
 from tests.support import reference
 from tests.support.cli import KERNEL_MAIN, kernel
+from tests.support.other_install import checked, plain_environment, wheel_venv
 
 pytestmark = pytest.mark.skipif(
     not Path("/usr/bin/bwrap").is_file(), reason="the certification runs in bwrap (ADR 0018)"
@@ -165,74 +165,6 @@ def test_the_audit_binds_the_content_digest_to_the_stored_manifest(tmp_path: Pat
 # --- a wheel installed in another venv ------------------------------------------------
 
 
-def _checked(*argv: str | Path, cwd: Path) -> str:
-    """Run from ``cwd``, never the checkout (``python -c`` puts the working directory first)."""
-    done = subprocess.run(
-        [str(a) for a in argv], capture_output=True, text=True, timeout=300, check=False,
-        cwd=cwd, env=_plain_environment(),
-    )  # fmt: skip
-    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
-    return done.stdout
-
-
-def _plain_environment() -> dict[str, str]:
-    """This environment without what would point an interpreter at the checkout."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}  # fmt: skip
-
-
-def _link_tree(source: Path, target: Path) -> None:
-    """``target`` holds ``source``'s files under new names (hard links; copies across devices)."""
-
-    def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    if source.is_dir():
-        shutil.copytree(source, target, copy_function=link,
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-    else:
-        link(str(source), str(target))
-
-
-def _wheel_venv(tmp: Path) -> Path:
-    """A fresh venv with the wheel of this source installed (``--no-deps``); its bin/."""
-    source = tmp / "source"
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy2(ROOT / name, source / name if source.is_dir() else _mkdir(source) / name)
-    shutil.copytree(
-        ROOT / "kernel", source / "kernel", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    shutil.copytree(ROOT / "bin", source / "bin")  # the `kernel` launcher (script-files)
-    _checked(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", source,
-             cwd=tmp)  # fmt: skip
-    (wheel,) = (tmp / "dist").glob("failclosed_replay-*.whl")
-    venv = tmp / "elsewhere" / "venv"
-    _checked(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp)
-    python = venv / "bin" / "python"
-    _checked(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
-             "--no-index", "-q", wheel, cwd=tmp)  # fmt: skip
-    purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
-    site = Path(_checked(python, "-c", purelib, cwd=tmp).strip())
-    ours = Path(sysconfig.get_path("purelib"))
-    # The certify tools at this venv's paths, same bytes (discover_tools looks for
-    # z3 next to the interpreter and imports cvc5 from the interpreter's path).
-    _link_tree(Path(sys.executable).parent / "z3", venv / "bin" / "z3")
-    for name in ("cvc5", "cvc5.libs"):
-        if (ours / name).exists():
-            _link_tree(ours / name, site / name)
-    # Everything else the kernel imports, from the checkout's site-packages, after its own.
-    (site / "zz-checkout-dependencies.pth").write_text(f"{ours}\n")
-    return venv / "bin"
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True)
-    return path
-
-
 def _pins(entry: dict[str, object]) -> dict[str, tuple[str, str]]:
     """Each pin of an entry by role: (path, sha256)."""
     found: dict[str, tuple[str, str]] = {}
@@ -251,8 +183,8 @@ def _pins(entry: dict[str, object]) -> dict[str, tuple[str, str]]:
 def test_a_wheel_installed_in_another_venv_writes_the_checkout_outcome_files(
     tmp_path: Path,
 ) -> None:
-    bin_dir = _wheel_venv(tmp_path)
-    where = _checked(bin_dir / "python", "-c", "import kernel; print(kernel.__file__)",
+    bin_dir = wheel_venv(tmp_path)
+    where = checked(bin_dir / "python", "-c", "import kernel; print(kernel.__file__)",
                      cwd=tmp_path)  # fmt: skip
     assert where.startswith(str(tmp_path / "elsewhere" / "venv")), where
     runs = tmp_path / "runs"
@@ -262,14 +194,14 @@ def test_a_wheel_installed_in_another_venv_writes_the_checkout_outcome_files(
         [str(bin_dir / "kernel"), "run", str(E2E_BUNDLE), "--work-dir", str(wheel_work),
          "--out", str(wheel_out), "--quiet"],
         capture_output=True, text=True, timeout=300, check=False, cwd=runs,
-        env=_plain_environment(),
+        env=plain_environment(),
     )  # fmt: skip
     assert done.returncode == 3, done.stderr  # one tampered attempt on purpose
     audit = subprocess.run(
         [str(bin_dir / "kernel"), "audit", str(wheel_work), "--outcomes", str(wheel_out),
          "--format", "json"],
         capture_output=True, text=True, timeout=300, check=False, cwd=runs,
-        env=_plain_environment(),
+        env=plain_environment(),
     )  # fmt: skip
     assert audit.returncode == 0, audit.stdout + audit.stderr
     checkout_work, checkout_out = stored_main_job(tmp_path / "checkout")

@@ -199,9 +199,10 @@ Example: kernel run bundle.json --work-dir runs/1 -o out/outcomes.jsonl
 Executors (--executor): inline (default) certifies one attempt after the
 other in this process; process runs them on a pool of --workers local
 processes (spawn context); dask runs them on Dask distributed: the cluster
-at --scheduler ADDRESS (its own workers; the same kernel, interpreter and
-solvers at the same paths on every worker, else the pins do not match and
-the attempt is not certified), or, without --scheduler, a local cluster of
+at --scheduler ADDRESS (its own workers: each needs the same bytes of the
+kernel, interpreter and solvers, at the driver's paths or under a prefix of
+its own, else the pins do not match and the attempt is not certified), or,
+without --scheduler, a local cluster of
 --workers single-threaded worker processes started and stopped here.
 --workers defaults to the number of CPUs available. With process or dask the
 pure steps (validate, contract, proofs) run on the workers too, in shards of

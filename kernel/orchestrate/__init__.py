@@ -37,6 +37,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on first use
+    from kernel.orchestrate._backend import backend_output
     from kernel.orchestrate._certifier import (
         CERTIFICATION_RECORD,
         CERTIFIED_BY,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         CertificationTask,
         ExternalCertifier,
         author_session,
-        backend_output,
         producer_session,
     )
     from kernel.orchestrate._driver import gather_safely, replay_bundle, replay_requests
@@ -115,7 +115,6 @@ _LAZY: dict[str, str] = {
             "ExternalCertifier",
             "RUN_ID",
             "author_session",
-            "backend_output",
             "producer_session",
         ),
         "kernel.orchestrate._certifier",
@@ -140,6 +139,7 @@ _LAZY: dict[str, str] = {
         "kernel.orchestrate._driver",
     ),
     "FirstOfKey": "kernel.orchestrate._inflight",
+    "backend_output": "kernel.orchestrate._backend",
     "RECHECK_ID": "kernel.orchestrate._recheck",
     **dict.fromkeys(
         (

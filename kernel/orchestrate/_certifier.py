@@ -79,7 +79,7 @@ import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, assert_never, final
+from typing import Final, final
 
 import attrs
 
@@ -108,11 +108,11 @@ from kernel.orchestrate._attempt_record import (
     matches_record,
     take_record,
 )
+from kernel.orchestrate._backend import backend_output
 from kernel.orchestrate._evidence_store import EvidenceStore, Hit, InsertResult, store_key
 from kernel.orchestrate._recheck import rechecked_on_driver
-from kernel.orchestrate._tools import CERTIFY_SPECIFICATION
+from kernel.orchestrate._tools import CERTIFY_SPECIFICATION, this_machine_entry
 from kernel.organs import (
-    CERTIFICATION_BACKEND,
     CERTIFICATION_MEDIA_TYPE,
     TARGET_CERTIFIED,
     CertificationEvidence,
@@ -121,7 +121,7 @@ from kernel.organs import (
     problem_digest,
 )
 from kernel.replay import ContractClosed, ProofEvidence
-from kernel.serde import SerdeError, dumps, loads, unstructure
+from kernel.serde import SerdeError, dumps, loads
 from kernel.verification import (
     Producer,
     Rejection,
@@ -144,7 +144,6 @@ __all__ = [
 ]
 
 LOG: Final = logging.getLogger("kernel.orchestrate")
-_WORK_DIR_MARK: Final = "<work-dir>"
 RUN_ID: Final = "run"
 CERTIFICATION_RECORD: Final = "certification.json"
 EVIDENCE_SOURCE: Final = "evidence-source.json"
@@ -191,51 +190,6 @@ def _absolute_path(value: str | os.PathLike[str]) -> Path:
 
 class _NoEvidence(Exception):
     """Internal: this attempt gets no evidence; the message is the note."""
-
-
-def backend_output(
-    outcome: RunOutcome, *, candidate_digest: str, check_digest: str, work_dir: Path
-) -> JsonValue:
-    """The verification backend output document for one external run.
-
-    PASS -> ``verified``; BLOCKED -> ``unknown`` (sealed INCONCLUSIVE) with
-    ``<reason>: <detail>``. ``evidence`` holds the retained digests only.
-    """
-    meta = outcome.metadata
-    run, checked, decision = meta.run, meta.checked, meta.decision
-    match decision.status:
-        case Status.PASS:
-            verdict, detail = "verified", ""
-        case Status.BLOCKED:
-            reason = decision.reason.value if decision.reason is not None else "blocked"
-            detail = f"{reason}: {decision.detail}".replace(str(work_dir), _WORK_DIR_MARK)
-            verdict = "unknown"
-        case _:
-            assert_never(decision.status)
-    evidence: JsonValue = {
-        "artifacts": unstructure(checked.artifacts),
-        "check_digest": checked.check_digest,
-        "check_id": run.check_id,
-        "evidence_digest": checked.evidence_digest,
-        "input_digest": checked.input_digest,
-        "job_digest": run.job_digest,
-        "job_id": run.job_id,
-        "reason": decision.reason.value if decision.reason is not None else None,
-        "receipt_sha256": meta.execution.receipt_sha256,
-        "run_id": run.run_id,
-        "specification_digest": checked.specification_digest,
-        "status": decision.status.value,
-    }
-    return {
-        "backend": CERTIFICATION_BACKEND,
-        "backend_version": check_digest,
-        "candidate": candidate_digest,
-        "claim_id": TARGET_CERTIFIED,
-        "detail": detail,
-        "evidence": evidence,
-        "evidence_tier": "observed",
-        "verdict": verdict,
-    }
 
 
 @final
@@ -360,19 +314,57 @@ class ExternalCertifier:
         why = (f"it does not derive on the driver: {reasons[0]}" if reasons
                else "no certification derives from it" if derived is None
                else "the request is not the one this attempt plans" if
-               derived.request != self._planned_request(task)
+               derived.request != self._planned_request(task, self._landed_check(target))
                else None)
         return derived, why
 
-    def _planned_request(self, task: CertificationTask) -> object:
+    def _landed_check(self, target: Path) -> str:
+        """The check digest the attempt's request may name: ours, or a worker's same bytes.
+
+        A worker under another prefix pins its own paths (``on_this_machine``):
+        its entry's check digest differs, its content digest (ADR 0019) must
+        not. The audit binds both to the manifest copy that came back.
+        """
+        try:
+            manifest = loads((target / "manifest.json").read_bytes(), Manifest)
+            entry = manifest.entry(self.entry.check_id)
+        except (OSError, SerdeError, ExternalError):
+            return self.check_digest
+        if len(manifest.checks) != 1 or content_digest(entry) != self.check_content_digest:
+            return self.check_digest
+        return digest(identity_object(entry))
+
+    def _planned_request(self, task: CertificationTask, check_digest: str | None = None) -> object:
         problem = certification_problem(task.candidate_frame)
         if problem is None:
             return None
         plan = plan_verification(certification_spec(
             candidate_digest=task.candidate_digest, author_session=author_session(task.run_id),
-            problem=problem, check_digest=self.check_digest,
+            problem=problem, check_digest=check_digest or self.check_digest,
             check_content_digest=self.check_content_digest))
         return None if isinstance(plan, Rejection) else plan.request
+
+    def on_this_machine(self) -> ExternalCertifier:
+        """This certifier with this machine's own install, where it holds the same bytes.
+
+        Where every pinned path of ``entry`` exists, nothing changes (its pins
+        are checked as ever). Otherwise this machine's tools, found next to
+        its interpreter, are used when their content digest is the entry's
+        (issue 36, deliverable 3); else the entry stays and fails closed here.
+        """
+        pinned = [self.entry.producer.executable, self.entry.checker.executable,
+                  *self.entry.producer.dependencies, *self.entry.checker.dependencies]
+        if all(os.path.exists(pin.path) for pin in pinned):
+            return self
+        local = this_machine_entry()
+        if local is None or local.check_id != self.entry.check_id:
+            return self
+        if content_digest(local) != self.check_content_digest:
+            LOG.warning("this machine's certify tools are not the driver's bytes (content "
+                        "digest %s, the driver's %s)", content_digest(local)[:16],
+                        self.check_content_digest[:16])
+            return self
+        return attrs.evolve(self, entry=local)
 
     @property
     def check_digest(self) -> str:
@@ -663,7 +655,8 @@ class CertificationTask:
 
     def gather(self) -> tuple[ProofEvidence, ...]:
         """One certification item, or ``()`` (with a logged note); never raises."""
-        return self.certifier._gather(self)
+        here = self.certifier.on_this_machine()
+        return here._gather(self if here is self.certifier else attrs.evolve(self, certifier=here))
 
     def take_record(self) -> AttemptRecord | None:
         """On the worker, after ``gather``: the attempt directory as a value (None: none made)."""

@@ -20,9 +20,12 @@ Rules (seed 003 "Command identity"; ADR-0004; ADR-0006):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import logging
 import os
+import sys
 import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +54,7 @@ __all__ = [
     "CertifierTools",
     "certification_entry",
     "discover_tools",
+    "this_machine_entry",
 ]
 
 # The programs the certifier runs (not modules: kernel/programs has no __init__.py).
@@ -222,3 +226,18 @@ def certification_entry(tools: CertifierTools) -> CheckEntry:
         )
     except ManifestError as exc:
         raise CertifierSetupError("entry_invalid", exc.message) from exc
+
+
+@functools.cache
+def this_machine_entry() -> CheckEntry | None:
+    """This process's own certify entry (its interpreter's tools, pinned), once; None: none.
+
+    What a worker under another prefix certifies with when it holds the
+    driver's bytes (``ExternalCertifier.on_this_machine``, issue 36).
+    """
+    try:
+        return certification_entry(discover_tools(Path(sys.executable)))
+    except Exception as exc:  # no tools here: the driver's entry stays, and fails closed
+        logging.getLogger("kernel.orchestrate").warning(
+            "this machine has no certify tools of its own: %s", exc)
+        return None

@@ -36,15 +36,23 @@ def can_unshare() -> bool:
 
 
 @contextlib.contextmanager
-def separate_workers(root: Path, hidden: Path, preload: Path | None = None) -> Iterator[str]:
-    """The scheduler's address, while it and two workers run; all stopped on the way out."""
+def separate_workers(
+    root: Path, hidden: Path, preload: Path | None = None, *, python: Path | None = None,
+    also_hidden: tuple[Path, ...] = (), env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """The scheduler's address, while it and two workers run; all stopped on the way out.
+
+    ``python``: the interpreter the workers run (another install); ``also_hidden``:
+    directories each worker sees as an empty tmpfs besides ``hidden`` (the
+    driver's own install, to show a worker never uses its paths).
+    """
     processes: list[subprocess.Popen[bytes]] = []
 
     def spawn(argv: list[str], name: str) -> None:
         with (root / f"{name}.log").open("wb") as log:
             processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, cwd=root,
-                                              start_new_session=True))
+                                              start_new_session=True, env=env))
 
     scheduler_file = root / "scheduler.json"
     spawn([str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
@@ -56,8 +64,12 @@ def separate_workers(root: Path, hidden: Path, preload: Path | None = None) -> I
             time.sleep(0.1)
         address = json.loads(scheduler_file.read_text())["address"]
         extra = "" if preload is None else f" --preload {shlex.quote(str(preload))}"
+        mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(path))}"
+                             for path in (hidden, *also_hidden))
+        command = (f"{DASK} worker" if python is None
+                   else f"{shlex.quote(str(python))} -m distributed.cli.dask_worker")
         for index in range(2):
-            worker = (f"mount -t tmpfs tmpfs {shlex.quote(str(hidden))} && exec {DASK} worker "
+            worker = (f"{mounts} && exec {command} "
                       f"--scheduler-file {scheduler_file} --nthreads 1 --no-nanny "
                       f"--no-dashboard --host 127.0.0.1 --name w{index} "
                       f"--local-directory {root / f'w{index}'}{extra}")
