@@ -553,27 +553,57 @@ class _DaskShards(ShardRunner):
         super().__init__(workers, in_flight)
         self._client = client
         # One copy to every worker now; each task names it, none carries it.
+        self._run = shared
         self._shared = client.scatter(shared, broadcast=True, hash=False)
         self._futures: list[Any] = []
+        # By future key, until taken, with the scatter it named: a lost one is sent again.
+        self._jobs: dict[str, tuple[Job, int]] = {}
+        self._scattered = 0
 
     def _submit(self, job: Job) -> Any:
         future = self._client.submit(_run_whole, job.fn, self._shared, *job.args, pure=False)
         self._futures.append(future)
+        self._jobs[future.key] = (job, self._scattered)
         if len(self._futures) > 4 * self.in_flight:
             self._futures = [f for f in self._futures if not f.done()]
         return future
 
     def _take(self, handle: Any) -> object:
-        try:
-            result: object = handle.result()
-        except Exception as exc:
-            code = "worker_lost" if type(exc).__name__ == "KilledWorker" else "shard_failed"
-            raise ShardError(code, f"{type(exc).__name__}: {exc}") from exc
+        while True:
+            try:
+                result: object = handle.result()
+                break
+            except Exception as exc:
+                if type(exc).__name__ != "FutureCancelledError":
+                    code = "worker_lost" if type(exc).__name__ == "KilledWorker" else "shard_failed"
+                    raise ShardError(code, f"{type(exc).__name__}: {exc}") from exc
+                handle = self._again(handle, exc)
+        self._jobs.pop(handle.key, None)
         handle.release()
         if not isinstance(result, _Whole):
             raise ShardError("shard_failed", f"a worker returned {type(result).__name__}, "
                              "not a wrapped shard result")
         return result.value
+
+    def _again(self, handle: Any, cause: BaseException) -> Any:
+        """A job whose input was lost with a worker (Dask cancels it), sent again.
+
+        The shared run lives only where it was scattered: a worker killed
+        mid-run took its copy, and Dask cancels every job that names it
+        ("lost data"). Shard jobs are pure, so the job is sent again, with
+        the run scattered afresh when its copy is gone. Past
+        ``MAX_RESTARTS`` losses the run stops, as the process runner does.
+        """
+        job, scattered = self._jobs.pop(handle.key)
+        if scattered == self._scattered:  # a new loss, not another job of one counted
+            self.restarts += 1
+            if self.restarts > MAX_RESTARTS:
+                raise ShardError("worker_lost", f"a worker was lost {self.restarts} times "
+                                 f"({type(cause).__name__}: {cause}); the run is incomplete"
+                                 ) from cause
+            self._shared = self._client.scatter(self._run, broadcast=True, hash=False)
+            self._scattered += 1
+        return self._submit(job)
 
     def cancel(self) -> None:
         with contextlib.suppress(Exception):
