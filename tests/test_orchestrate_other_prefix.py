@@ -23,7 +23,7 @@ import pytest
 from tests.orchestrate_helpers import ROOT
 from tests.support.cli import KERNEL_MAIN
 from tests.support.other_install import plain_environment, wheel_venv
-from tests.support.separate_workers import can_unshare, separate_workers
+from tests.support.separate_workers import can_make_networks, can_unshare, separate_workers
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,7 +53,8 @@ def test_workers_under_another_prefix_certify_with_the_same_ids_and_their_own_pi
     work, out = shared / "W", tmp_path / "dask.jsonl"
     driver_bin = Path(sys.executable).parent
     with separate_workers(cluster, shared, python=bin_dir / "python",
-                          also_hidden=(driver_bin,), env=plain_environment()) as address:
+                          also_hidden=(driver_bin,), env=plain_environment(),
+                          network=can_make_networks()) as address:
         done = _kernel("run", BUNDLE, "--executor", "dask", "--scheduler", address,
                        "--work-dir", work, "-o", out)
     assert done.returncode == 3, done.stderr

@@ -24,7 +24,7 @@ import pytest
 
 from tests.orchestrate_helpers import ROOT
 from tests.support.cli import KERNEL_MAIN
-from tests.support.separate_workers import can_unshare, separate_workers
+from tests.support.separate_workers import can_make_networks, can_unshare, separate_workers
 
 pytestmark = [
     pytest.mark.slow,
@@ -104,7 +104,7 @@ def test_a_coherent_forgery_counts_unless_the_driver_rechecks_and_then_it_never_
     cluster = tmp_path / "cluster"
     cluster.mkdir()
     trusting, rechecking = tmp_path / "trusting.jsonl", tmp_path / "rechecking.jsonl"
-    with separate_workers(cluster, shared, preload) as address:
+    with separate_workers(cluster, shared, preload, network=can_make_networks()) as address:
         dask = ("--executor", "dask", "--scheduler", address)
         trusted = _kernel("run", BUNDLE, *dask, "--work-dir", shared / "T",
                           "-o", trusting)
