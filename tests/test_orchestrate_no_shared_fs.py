@@ -259,3 +259,39 @@ def test_make_demos_main_job_on_workers_with_networks_of_their_own_audits_intact
         log = (cluster / f"worker-{index}.log").read_text(errors="replace")
         (line,) = [x for x in log.splitlines() if "Start worker at:" in x]
         assert f"tcp://{prefix}{2 + index}:" in line, line
+
+
+def test_the_drivers_evidence_store_fills_from_what_comes_home(tmp_path: Path) -> None:
+    # Issue 36, deliverable 1: --evidence-store works on the driver as for an inline
+    # run. The workers' stores are their own (the same path, on their machines);
+    # the driver's fills from the records that land, so a later run here reuses
+    # the evidence (its checker still runs), with the same outcome bytes.
+    if not can_unshare():
+        pytest.skip("needs root and unshare -m (a mount namespace)")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    store = shared / "store"  # hidden from the workers too: only the driver's copy is here
+    cluster = tmp_path / "cluster"
+    cluster.mkdir()
+    first = tmp_path / "first.jsonl"
+    with separate_workers(cluster, shared, network=can_make_networks()) as address:
+        done = _kernel("run", BUNDLE, "--executor", "dask", "--scheduler", address,
+                       "--work-dir", shared / "W1", "-q", "-o", first, "--evidence-store", store)
+    assert done.returncode == 3, done.stderr
+    # The same entries as an inline run fills a store of its own with.
+    inline_store = tmp_path / "inline-store"
+    done = _kernel("run", BUNDLE, "--work-dir", tmp_path / "inline-W", "-q",
+                   "-o", tmp_path / "inline.jsonl", "--evidence-store", inline_store)
+    assert done.returncode == 3, done.stderr
+    keys = sorted(p.parent.name for p in store.rglob("entry.json"))
+    assert keys and keys == sorted(p.parent.name for p in inline_store.rglob("entry.json"))
+    again = tmp_path / "again.jsonl"
+    done = _kernel("run", BUNDLE, "--work-dir", shared / "W2", "-q", "-o", again,
+                   "--evidence-store", store)
+    assert done.returncode == 3, done.stderr
+    assert again.read_bytes() == first.read_bytes()
+    sources = [json.loads(p.read_bytes()) for p in (shared / "W2").glob("*/evidence-source.json")]
+    assert {s["lookup"] for s in sources} <= {"hit", "run"}, sources  # a repeat: the run's own
+    assert sum(s["lookup"] == "hit" for s in sources) == len(keys), sources
+    audited = _kernel("audit", shared / "W2")
+    assert audited.returncode == 0, audited.stdout + audited.stderr

@@ -110,6 +110,7 @@ from kernel.orchestrate._attempt_record import (
 )
 from kernel.orchestrate._backend import backend_output
 from kernel.orchestrate._evidence_store import EvidenceStore, Hit, InsertResult, store_key
+from kernel.orchestrate._landed import landed_check_digest
 from kernel.orchestrate._recheck import rechecked_on_driver
 from kernel.orchestrate._tools import CERTIFY_SPECIFICATION, this_machine_entry
 from kernel.organs import (
@@ -270,7 +271,25 @@ class ExternalCertifier:
                                       dict(self.environment))
         if why is not None:
             return (), (f"{label}: the certification from its worker is not counted: {why}",)
+        if (self.store is not None and problem is not None and derived is not None
+                and derived.receipt.status is ReceiptStatus.VERIFIED):
+            return evidence, self._stored_from(target, problem, label)
         return evidence, ()
+
+    def _stored_from(self, target: Path, problem: str, label: str) -> tuple[str, ...]:
+        """A counted pass that came home, into the driver's own store (a worker's is its
+        own); stored evidence is never trusted (its checker runs on each reuse)."""
+        try:
+            metadata = read_run_metadata(target / RUN_ID / "metadata.json")
+            key = store_key(self.check_content_digest, problem_digest(problem))
+            inserted = self._insert(key, problem_digest(problem),
+                                    RunOutcome(str(target / RUN_ID), metadata))
+        except (RunRecordError, OSError) as exc:
+            return (f"{label}: not stored in the evidence store: {exc}",)
+        if inserted is InsertResult.CONFLICT:
+            return (f"{label}: the evidence store holds other evidence for its problem; "
+                    "the stored evidence is kept",)
+        return ()
 
     def kept_already(self, task: CertificationTask) -> tuple[ProofEvidence, ...] | None:
         """On the driver, before ``task`` is sent: what the interrupted run left, if it counts.
@@ -314,25 +333,10 @@ class ExternalCertifier:
         why = (f"it does not derive on the driver: {reasons[0]}" if reasons
                else "no certification derives from it" if derived is None
                else "the request is not the one this attempt plans" if
-               derived.request != self._planned_request(task, self._landed_check(target))
+               derived.request != self._planned_request(
+                   task, landed_check_digest(target, self.entry, self.check_digest))
                else None)
         return derived, why
-
-    def _landed_check(self, target: Path) -> str:
-        """The check digest the attempt's request may name: ours, or a worker's same bytes.
-
-        A worker under another prefix pins its own paths (``on_this_machine``):
-        its entry's check digest differs, its content digest (ADR 0019) must
-        not. The audit binds both to the manifest copy that came back.
-        """
-        try:
-            manifest = loads((target / "manifest.json").read_bytes(), Manifest)
-            entry = manifest.entry(self.entry.check_id)
-        except (OSError, SerdeError, ExternalError):
-            return self.check_digest
-        if len(manifest.checks) != 1 or content_digest(entry) != self.check_content_digest:
-            return self.check_digest
-        return digest(identity_object(entry))
 
     def _planned_request(self, task: CertificationTask, check_digest: str | None = None) -> object:
         problem = certification_problem(task.candidate_frame)

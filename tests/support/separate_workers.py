@@ -119,6 +119,12 @@ def separate_workers(
             started = spawn(["unshare", *namespaces, "--propagation", "private", "sh", "-c",
                              worker], f"worker-{index}")
             if network:
+                # unshare(2) happens after the exec that Popen waits for: until it
+                # has, the pid is still in this network namespace.
+                ours = os.readlink("/proc/self/ns/net")
+                while os.readlink(f"/proc/{started.pid}/ns/net") == ours:
+                    assert time.monotonic() < deadline and started.poll() is None
+                    time.sleep(0.005)
                 end = f"kvh{index}{tag}"[:15]
                 _ip("link", "add", end, "type", "veth", "peer", "name", "eth0", "netns",
                     str(started.pid))
