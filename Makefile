@@ -168,6 +168,10 @@ bench-groups: $(STAMP) sandbox-tools  ## the detailed interleaved comparisons: c
 bench-recheck: $(STAMP) sandbox-tools  ## kernel run with and without --recheck-returned, 20 certifications on 2 workers, 3 interleaved rounds (~1 min)
 	$(BIN)/python -m bench._recheck 3 20
 
+.PHONY: bench-two-nodes
+bench-two-nodes: $(STAMP) sandbox-tools  ## 200 certifications on two separate workers (own mount and network namespaces, root) against a local Dask cluster of 2, 2 interleaved rounds; transfer bytes and time per certification (~4 min)
+	$(BIN)/python -m bench._two_nodes 200 2
+
 .PHONY: bench-parallel
 bench-parallel: $(STAMP) sandbox-tools  ## 200 real checks: serial against process pools and Dask of 1, 2, 4 workers, 3 full rounds (~10-25 min)
 	$(BIN)/python -m bench --parallel
