@@ -16,7 +16,6 @@ import datetime
 import ipaddress
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.orchestrate_helpers import ROOT
 from tests.support.cli import KERNEL_MAIN
+from tests.support.separate_workers import stop_all
 
 pytestmark = pytest.mark.slow
 
@@ -117,16 +117,7 @@ def _tls_cluster(root: Path, ca: Path, scheduler: tuple[Path, Path],
             time.sleep(0.1)
         yield address
     finally:
-        for process in reversed(processes):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_all(processes)
 
 
 def test_a_run_over_mutual_tls_gives_the_inline_bytes_and_strangers_are_refused(

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["START_SECONDS", "can_make_networks", "can_unshare", "separate_workers"]
+__all__ = ["START_SECONDS", "can_make_networks", "can_unshare", "separate_workers", "stop_all"]
 
 DASK = Path(sys.executable).parent / "dask"
 START_SECONDS = 60.0
@@ -33,6 +33,21 @@ def can_unshare() -> bool:
         return False
     done = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
     return done.returncode == 0
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process's group (the last started first), then SIGKILL what lingers."""
+    for process in reversed(processes):
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def can_make_networks() -> bool:
@@ -139,16 +154,6 @@ def separate_workers(
             client.wait_for_workers(2, timeout=START_SECONDS)
         yield address
     finally:
-        for process in reversed(processes):
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_all(processes)
         for name in reversed(links):
             subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
