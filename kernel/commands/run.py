@@ -368,6 +368,7 @@ def _certification_lines(
     statuses: dict[str, int] = {}
     produced = checked = reused = 0
     containment: set[str] = set()
+    parts: frozenset[str] | None = None  # the parts that held for every run (schema 4)
     for entry in sorted(root.iterdir()):
         metadata = entry / RUN_ID / "metadata.json"
         if not ATTEMPT_DIR.fullmatch(entry.name) or entry.name in kept | adopted:
@@ -388,6 +389,9 @@ def _certification_lines(
         produced += isinstance(record.get("producer"), dict)
         checked += isinstance(record.get("checker"), dict)
         containment.add(str(record.get("containment")))
+        recorded_parts = record.get("containment_parts")
+        held = frozenset(map(str, recorded_parts)) if isinstance(recorded_parts, list) else None
+        parts = held if parts is None else parts & (held or frozenset())
     count = sum(statuses.values())
     where = spec.kind.value + (f", {spec.workers} workers" if spec.workers else "")
     repeats = (f"  {reused} more reused an earlier attempt's passed certification of the "
@@ -404,7 +408,8 @@ def _certification_lines(
         f"certifications: {count} run ({each}), {seconds:.1f} s wall "
         f"({seconds / count:.2f} s each on average; {where})" + earlier,
         f"  z3 produced {produced}, cvc5 checked {checked} "
-        f"(each step contained: {', '.join(sorted(containment))})",
+        f"(each step contained: {', '.join(sorted(containment))}"
+        + (f"; parts: {', '.join(sorted(parts))}" if parts else "") + ")",
     ] + ([repeats] if reused else [])
 
 
