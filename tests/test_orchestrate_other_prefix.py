@@ -8,7 +8,8 @@ paths do not exist there. Before, every certification then failed its pins
 on the worker, and no attempt closed. Now a worker certifies with its own
 install when that holds the driver's bytes (the same content digest). The
 outcome bytes are the inline run's, the records that came home pin the
-worker's paths, and the driver's work directory audits intact.
+worker's paths, and the driver's work directory audits intact. With
+``--recheck-returned`` the driver replays each from its own entry.
 """
 
 from __future__ import annotations
@@ -57,7 +58,17 @@ def test_workers_under_another_prefix_certify_with_the_same_ids_and_their_own_pi
                           network=can_make_networks()) as address:
         done = _kernel("run", BUNDLE, "--executor", "dask", "--scheduler", address,
                        "--work-dir", work, "-o", out)
+        # And re-checked on the driver: its own pinned checker, its own paths.
+        rechecked = _kernel("run", BUNDLE, "--executor", "dask", "--scheduler", address,
+                            "--recheck-returned", "--work-dir", shared / "R", "-q",
+                            "-o", tmp_path / "rechecked.jsonl")
     assert done.returncode == 3, done.stderr
+    assert rechecked.returncode == 3, rechecked.stderr
+    assert (tmp_path / "rechecked.jsonl").read_bytes() == inline.read_bytes()
+    replays = sorted((shared / "R").glob("*/run/replays/driver-recheck/metadata.json"))
+    assert len(replays) == 3
+    assert {json.loads(p.read_bytes())["status"] for p in replays} == {"PASS"}
+    assert _kernel("audit", shared / "R").returncode == 0
     assert out.read_bytes() == inline.read_bytes(), done.stderr
     manifests = sorted(work.glob("*/manifest.json"))
     assert len(manifests) == 3
