@@ -2,9 +2,10 @@
 
 The suite runs as root here, as CI does. This module runs the attacks of
 ``tests/test_sandbox_round_two.py``, ``tests/test_sandbox.py``,
-``tests/test_sandbox_output.py`` and ``tests/test_containment_parts.py``
-again in a fresh pytest whose every process, the kernel included, is an
-ordinary uid (``tests.support.ordinary_user``): the same real producers, the same
+``tests/test_sandbox_output.py``, ``tests/test_containment_parts.py`` and
+``tests/test_containment_probe.py`` again in a fresh pytest whose every
+process, the kernel included, is an ordinary uid
+(``tests.support.ordinary_user``): the same real producers, the same
 assertions, under the other kind of user. A test there that needs root
 (one that plants a secret under ``/root``) adapts itself; the cgroup totals
 are skipped there, since these machines delegate no cgroup to an ordinary
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize(
     "module", ["test_sandbox_round_two.py", "test_sandbox.py", "test_sandbox_output.py",
-               "test_containment_parts.py"])
+               "test_containment_parts.py", "test_containment_probe.py"])
 def test_the_sandbox_attacks_fail_with_the_kernel_as_an_ordinary_user(module: str) -> None:
     home = ordinary_home()
     try:
