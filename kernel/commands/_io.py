@@ -40,13 +40,20 @@ from typing import BinaryIO, NoReturn, TypeVar
 
 import typer
 
+from kernel.job import STDIO as STDIO
+from kernel.job import JobRefused, RefusalKind
+from kernel.job import bounded_lines as bounded_lines
+from kernel.job import is_stdio as is_stdio
+from kernel.job import is_stream as is_stream
+from kernel.job import open_input as job_open_input
 from kernel.serde import MAX_DOCUMENT_BYTES, SerdeError, loads
 
 T = TypeVar("T")
-STDIO = "-"
 #: The exit code of a command its environment stopped (adr/0013): never 1 (a
 #: verdict), 2 (the input) or 3 (integrity), so a pipeline retries elsewhere.
 ENVIRONMENT_EXIT = 4
+_REFUSAL_EXIT = {RefusalKind.INPUT: 2, RefusalKind.INTEGRITY: 3,
+                 RefusalKind.ENVIRONMENT: ENVIRONMENT_EXIT}
 _ENVIRONMENT_ERRNOS = {
     errno.ENOSPC: "no_space",
     errno.EDQUOT: "no_space",
@@ -60,6 +67,16 @@ def refuse(code: str, message: str, *, exit_code: int = 2) -> NoReturn:
     """Print ``error: <code>: <message>`` on stderr and exit (2: input refused)."""
     typer.echo(f"error: {code}: {message}", err=True)
     raise typer.Exit(exit_code)
+
+
+@contextlib.contextmanager
+def refusals() -> Iterator[None]:
+    """A ``JobRefused`` from the job layer as the command's one ``error:`` line and exit
+    code: 2 for the input, 3 for integrity, 4 for the environment (adr/0013)."""
+    try:
+        yield
+    except JobRefused as exc:
+        refuse(exc.code, exc.message, exit_code=_REFUSAL_EXIT[exc.kind])
 
 
 def environment_code(exc: BaseException) -> str | None:
@@ -78,10 +95,6 @@ def refuse_write(path: Path | str, exc: OSError, *, label: str = "") -> NoReturn
     refuse("unwritable_output", f"{where}: {exc.strerror or exc}")
 
 
-def is_stdio(path: Path | str | None) -> bool:
-    return path is not None and str(path) == STDIO
-
-
 def refuse_stdio(**paths: Path | None) -> None:
     """Refuse ``-`` where a command needs a named file or directory (exit 2).
 
@@ -97,33 +110,11 @@ def refuse_stdio(**paths: Path | None) -> None:
                    f"{label}: '-' (stdin/stdout) is not accepted here; name the file or directory")
 
 
-def is_stream(path: Path) -> bool:
-    """``-`` (stdin) or a FIFO/pipe (``<(cat file)``): read once, front to back."""
-    if is_stdio(path):
-        return True
-    try:
-        return stat.S_ISFIFO(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return False
-
-
 def open_input(path: Path) -> BinaryIO:
-    """A binary handle on ``path`` (``-``: stdin); a device or directory is refused.
-
-    A FIFO or pipe (``kernel replay <(cat bundle.json)``) is read as a stream,
-    as stdin is: every reader bounds what it reads, so a stream can never
-    exhaust memory. A device (``/dev/zero``) is refused: it never ends.
-    """
-    if is_stdio(path):
-        return sys.stdin.buffer
-    try:
-        if path.exists() and not (path.is_file() or is_stream(path)):
-            refuse("not_a_regular_file", f"{path}: not a regular file")
-        return path.open("rb")
-    except OSError as exc:
-        refuse("unreadable_file", f"{path}: {exc.strerror or exc}")
-    except ValueError as exc:  # a NUL in the path
-        refuse("unreadable_file", f"{path}: {exc}")
+    """``kernel.job.open_input``, its refusals as the command's (exit 2): a device or
+    directory is refused, a FIFO or stdin read once as a stream."""
+    with refusals():
+        return job_open_input(path)
 
 
 def read_bounded(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
@@ -184,29 +175,6 @@ def read_document(path: Path, cls: type[T]) -> T:
         return loads(data, cls)
     except SerdeError as exc:
         refuse(exc.code, f"{path}: {exc.message}")
-
-
-def bounded_lines(handle: BinaryIO, cap: int) -> Iterator[bytes | None]:
-    """Each line of ``handle`` without its newline; ``None`` for a line longer than ``cap``.
-
-    An over-long line is skipped in chunks, never held whole, so one line can
-    never exhaust memory whatever the file holds.
-    """
-    while True:
-        line = handle.readline(cap + 2)
-        if not line:
-            return
-        if line.endswith(b"\n"):
-            yield line[:-1] if len(line) - 1 <= cap else None
-            continue
-        if len(line) <= cap:
-            yield line  # the last line, without a newline
-            continue
-        while True:  # skip the rest of the over-long line
-            chunk = handle.readline(1 << 20)
-            if not chunk or chunk.endswith(b"\n"):
-                break
-        yield None
 
 
 def _umask() -> int:

@@ -1,9 +1,7 @@
 """Reading bundles (either layout) and streaming outcomes, shared by ``replay`` and ``run``.
 
-- ``open_bundle`` reads a single-document bundle or a bundle stream from a
-  path or stdin and returns how many attempts it holds and an iterator over
-  them, in run order; envelope defects are refused (exit 2) before anything
-  is classified, except lines after the last attempt, found at the end.
+- the bundle readers are the main job's (``kernel.job``: ``open_bundle``,
+  ``BundleCopy``, ``manifest_hint``), imported here for the commands;
 - ``Emitter`` takes each outcome as it is decided: writes its outcome line
   (``--out FILE`` atomically, or stdout with ``--format jsonl``), counts it,
   advances the progress bar; ``finish`` prints the summary and the one-line
@@ -18,20 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, BinaryIO, assert_never, cast
+from typing import TYPE_CHECKING, Annotated, assert_never
 
 import typer
 
-from kernel.bundles import (
-    BUNDLE_LIMITS,
-    BundleStreamError,
-    BundleStreamReader,
-    ReadyAttempt,
-    RefusedAttempt,
-    document_attempts,
-    outcome_line,
-)
-from kernel.commands._io import OutputFile, bounded_lines, is_stdio, open_input, refuse
+from kernel.bundles import BundleStreamError, outcome_line
+from kernel.commands._io import OutputFile, is_stdio, refusals, refuse
 from kernel.commands._verdict import (
     DEFAULT_FAIL_ON,
     FAIL_ON_CHOICES,
@@ -41,22 +31,16 @@ from kernel.commands._verdict import (
     Tally,
     parse_fail_on,
 )
-from kernel.identity import JsonValue
-from kernel.organs import builtin_manifest, certified_manifest
-from kernel.replay import (
-    AuthorityManifest,
-    ProofObligations,
-    ReplayAdapterOutcome,
-    ReplayAdapterRefusal,
-    ReplayBundle,
-    ReplayDisposition,
-)
-from kernel.serde import SerdeError, parse_json, structure
+from kernel.job import Attempt as Attempt
+from kernel.job import BundleCopy as BundleCopy
+from kernel.job import manifest_hint as manifest_hint
+from kernel.job import open_bundle as read_bundle
+from kernel.organs import builtin_manifest
+from kernel.replay import ReplayAdapterOutcome, ReplayAdapterRefusal
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-Attempt = ReadyAttempt | RefusedAttempt
 
 
 class OutputFormat(Enum):
@@ -67,119 +51,12 @@ class OutputFormat(Enum):
     JSONL = "jsonl"
 
 
-class BundleCopy:
-    """The bytes ``open_bundle`` reads, kept as read (``kernel run`` stores them in its work dir).
-
-    What was read before ``attach`` is held (at most a document, or a
-    stream's header and run lines, which the reader holds anyway); from then
-    on every byte read goes to the attached file. ``stream`` tells the layout.
-    """
-
-    def __init__(self) -> None:
-        self._held: list[bytes] = []
-        self._sink: BinaryIO | None = None
-        self.stream = False
-
-    def record(self, data: bytes) -> None:
-        if self._sink is None:
-            self._held.append(data)
-        else:
-            self._sink.write(data)
-
-    def attach(self, sink: BinaryIO) -> None:
-        """Write what was read so far to ``sink``, and everything read from now on."""
-        sink.write(b"".join(self._held))
-        self._held.clear()
-        self._sink = sink
-
-
-class _Tee:
-    """A read handle that hands each byte it reads to a ``BundleCopy`` too."""
-
-    def __init__(self, handle: BinaryIO, copy: BundleCopy) -> None:
-        self._handle, self._copy = handle, copy
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._handle.read(size)
-        self._copy.record(data)
-        return data
-
-    def readline(self, size: int = -1) -> bytes:
-        data = self._handle.readline(size)
-        self._copy.record(data)
-        return data
-
-
 def open_bundle(
     path: Path, copy: BundleCopy | None = None
 ) -> tuple[int, str, Iterator[Attempt]]:
-    """``(attempt count, run id, attempts in run order)`` from a bundle in either layout.
-
-    With ``copy``, every byte read is kept there too (a stream's last bytes
-    once the attempts have all been read).
-    """
-    handle = open_input(path)
-    if copy is not None:
-        handle = cast(BinaryIO, _Tee(handle, copy))
-    limit = max(BUNDLE_LIMITS.document_bytes, BUNDLE_LIMITS.line_bytes)
-    lines = bounded_lines(handle, limit)
-    first = next(lines, b"")
-    if first is None:
-        refuse("document_too_large", f"{path}: more than {limit} bytes")
-    try:  # parsed once: the first line is a stream's header or (usually) the whole document
-        head: JsonValue | SerdeError = parse_json(first, max_depth=BUNDLE_LIMITS.depth)
-    except SerdeError as exc:
-        head = exc
-    if isinstance(head, dict) and "format" in head:
-        if copy is not None:
-            copy.stream = True
-        return _open_stream(path, first, lines)
-    rest = handle.read(BUNDLE_LIMITS.document_bytes + 1 - len(first))
-    try:
-        if rest.strip():  # a document over several lines: parse it whole
-            data = first + b"\n" + rest
-            if len(data) > BUNDLE_LIMITS.document_bytes:
-                refuse("document_too_large",
-                       f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
-            head = parse_json(data, max_depth=BUNDLE_LIMITS.depth)
-        if isinstance(head, SerdeError):
-            raise head
-        bundle = structure(head, ReplayBundle)
-    except SerdeError as exc:
-        refuse(exc.code, f"{path}: {exc.message}")
-    try:
-        attempts = tuple(document_attempts(bundle))
-    except ValueError as exc:
-        refuse("bundle_shape_invalid", f"{path}: {exc}")
-    return len(attempts), bundle.chain.run.run_id, iter(attempts)
-
-
-def _open_stream(
-    path: Path, first: bytes, lines: Iterator[bytes | None]
-) -> tuple[int, str, Iterator[Attempt]]:
-    reader = BundleStreamReader()
-    try:
-        reader.feed(first)
-        while not reader.run_ready:
-            line = next(lines, b"<eof>")
-            if line == b"<eof>":
-                reader.finish()  # raises: the run is incomplete
-            if line is None:
-                reader.feed_oversized()
-            else:
-                reader.feed(line)
-    except BundleStreamError as exc:
-        refuse(exc.code, f"{path}: {exc.message}")
-    count = reader.attempt_count or 0
-
-    def attempts() -> Iterator[Attempt]:
-        for line in lines:
-            item = reader.feed_oversized() if line is None else reader.feed(line)
-            if item is not None:
-                yield item
-        yield from reader.finish()
-
-    return count, reader.run_id or "", attempts()
+    """``kernel.job.open_bundle``, its refusals as the command's (exit 2)."""
+    with refusals():
+        return read_bundle(path, copy)
 
 
 def _progress(enabled: bool, label: str) -> AbstractContextManager[Progress | None]:
@@ -397,33 +274,6 @@ def fail_on_classes(
     except ValueError as exc:
         refuse("invalid_fail_on", str(exc))
     return chosen if values else chosen | frozenset(default)
-
-
-_KNOWN_MANIFESTS: tuple[AuthorityManifest, ...] = (builtin_manifest(), certified_manifest())
-
-
-def manifest_hint(
-    item: Attempt, outcome: ReplayAdapterOutcome, manifest: AuthorityManifest, advice: str
-) -> str | None:
-    """The likely cause of an ``unsupported_proof_obligation``: the bundle's manifest is another.
-
-    When the attempt's obligation refs are exactly another shipped manifest's
-    policy for its organ, that manifest is named, then ``advice`` (what the
-    command's user should do about it); ``None`` otherwise (any other outcome,
-    or refs that are no shipped manifest's: the refusal's explanation is the cause).
-    """
-    if (outcome.replay_disposition is not ReplayDisposition.UNSUPPORTED_PROOF_OBLIGATION
-            or not isinstance(item, ReadyAttempt)):
-        return None
-    refs = item.request.replay_input.proof_obligation_refs
-    organ = item.request.replay_input.candidate_organ
-    for known in _KNOWN_MANIFESTS:
-        policy = known.proof_policies.get(organ)
-        if (known.manifest_version != manifest.manifest_version
-                and isinstance(policy, ProofObligations) and policy.refs == refs):
-            return (f"unsupported_proof_obligation: the bundle names the obligations of "
-                    f"{known.manifest_version}, not of {manifest.manifest_version}; {advice}")
-    return None  # not another manifest's: the refusal's own explanation says what differs
 
 
 # What a certified.v1 bundle's user should do (kernel replay runs no external checker).

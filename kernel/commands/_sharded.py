@@ -1,71 +1,53 @@
 """``kernel replay --workers N`` / ``--executor dask``: the command's side of sharded replay.
 
-``open_sharded`` reads a bundle like ``open_bundle`` (the same refusals, at
-the same points) and keeps its shared part (a stream's header and run as
-its reader built them, or the document's bytes) for each worker to get
-once (in memory when forked, pickled once when spawned or on Dask), and
-cuts the attempt lines into shards as they are read (``StreamShards``). Envelope
-defects that serial replay finds after the attempts (lines after the last
-attempt, attempt lines missing at the end) are found here by the command's
-own reader, positioned past the shards, and reported after every shard's
-outcomes, so the stream of outcome lines is the serial one byte for byte.
-See ``kernel.orchestrate._shards`` and adr/0020-sharded-replay.md.
+``open_sharded`` (``kernel.job``'s reader, its refusals the command's) reads
+a bundle like ``open_bundle`` (the same refusals, at the same points) and
+keeps its shared part for each worker to get once (in memory when forked,
+pickled once when spawned or on Dask), and cuts the attempt lines into
+shards as they are read. Envelope defects that serial replay finds after the
+attempts (lines after the last attempt, attempt lines missing at the end)
+are found by the reader positioned past the shards, and reported after
+every shard's outcomes, so the stream of outcome lines is the serial one
+byte for byte. See adr/0020-sharded-replay.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, BinaryIO, Final, assert_never, cast
+from typing import Annotated, Final, assert_never
 
 import typer
 
-from kernel.bundles import (
-    BUNDLE_LIMITS,
-    BundleStreamError,
-    BundleStreamReader,
-    RefusedAttempt,
-    document_attempts,
-)
-from kernel.commands._io import bounded_lines, is_stdio, open_input, refuse
+from kernel.commands._io import is_stdio, refusals, refuse
 from kernel.commands._outcomes import (
-    Attempt,
-    BundleCopy,
     Emitter,
     OutputFormat,
-    _Tee,
     replay_hint,
     replay_summary,
     stream_error,
 )
 from kernel.commands._signals import interruption
 from kernel.commands._verdict import FailOn
-from kernel.identity import JsonValue
-from kernel.orchestrate._executors import (
+from kernel.job import MAX_SHARD_SIZE as MAX_SHARD_SIZE
+from kernel.job import BundleCopy, DocumentShards, StreamShards
+from kernel.job import open_sharded as read_sharded
+from kernel.orchestrate import (
     ExecutorKind,
+    ExecutorSetupError,
     ExecutorSpec,
-    TlsFiles,
-    check_executor_spec,
-)
-from kernel.orchestrate._shards import (
-    Shard,
     ShardError,
     ShardRunner,
     SharedRun,
+    TlsFiles,
+    check_executor_spec,
     classify_item,
     dask_shards,
     process_shards,
-    shared_document,
-    shared_stream,
 )
-from kernel.orchestrate.errors import ExecutorSetupError
 from kernel.organs import builtin_manifest
-from kernel.replay import ReplayBundle
-from kernel.serde import SerdeError, parse_json, structure
 
 __all__ = [
     "EXECUTOR_NAMES", "MAX_SHARD_SIZE", "DocumentShards", "StreamShards", "TlsCaOption",
@@ -73,7 +55,6 @@ __all__ = [
     "replay_sharded",
 ]
 
-MAX_SHARD_SIZE: Final = 1_000_000
 #: The --executor choices, as usage lines show them (kernel run, kernel replay).
 EXECUTOR_NAMES: Final = "|".join(kind.value for kind in ExecutorKind)
 
@@ -139,150 +120,12 @@ def executor_spec(
     return spec
 
 
-class StreamShards:
-    """A stream's attempt lines, cut into shards as they are read.
-
-    Iterate it for the shards; afterwards ``tail`` holds the refusals of
-    attempts whose lines never came and ``error`` the envelope defect of a
-    line after the last attempt, both as the serial reader gives them.
-    """
-
-    def __init__(
-        self, reader: BundleStreamReader, lines: Iterator[bytes | None], count: int, size: int
-    ) -> None:
-        self._reader = reader
-        self._lines = lines
-        self._count = count
-        self._size = size
-        self._start = 0
-        self.run_id = reader.run_id or ""
-        self.tail: tuple[RefusedAttempt, ...] = ()
-        self.error: BundleStreamError | None = None
-
-    def take(self, count: int) -> list[Attempt]:
-        """The first ``count`` attempts, read here (``kernel run --resume``); shards follow them."""
-        reader = self._reader.positioned(0)
-        items: list[Attempt] = []
-        for line in itertools.islice(self._lines, min(count, self._count)):
-            item = reader.feed_oversized() if line is None else reader.feed(line)
-            assert item is not None  # within the attempt count, every line is an attempt's
-            items.append(item)
-        if len(items) < count:  # the stream ended early: the serial reader's refusals
-            items += reader.finish()[: count - len(items)]
-        self._start = len(items)
-        return items
-
-    def __iter__(self) -> Iterator[Shard]:
-        start = self._start
-        batch: list[bytes | None] = []
-        for line in self._lines:
-            if start + len(batch) >= self._count:
-                if batch:
-                    yield Shard(start, len(batch), tuple(batch))
-                    start, batch = start + len(batch), []
-                try:
-                    past = self._reader.positioned(self._count)
-                    if line is None:
-                        past.feed_oversized()
-                    else:
-                        past.feed(line)
-                except BundleStreamError as exc:
-                    self.error = exc
-                    return
-                raise AssertionError("a line after the last attempt was not refused")
-            batch.append(line)
-            if len(batch) == self._size:
-                yield Shard(start, len(batch), tuple(batch))
-                start, batch = start + len(batch), []
-        if batch:
-            yield Shard(start, len(batch), tuple(batch))
-            start += len(batch)
-        self.tail = self._reader.positioned(start).finish()
-
-
-class DocumentShards:
-    """A document's attempts as index ranges (the workers hold the document)."""
-
-    def __init__(self, count: int, size: int, run_id: str = "", data: bytes = b"") -> None:
-        self._count = count
-        self._size = size
-        self._start = 0
-        self._data = data
-        self.run_id = run_id
-        self.tail: tuple[RefusedAttempt, ...] = ()
-        self.error: BundleStreamError | None = None
-
-    def take(self, count: int) -> list[Attempt]:
-        """The first ``count`` attempts, parsed here again (``kernel run --resume``)."""
-        value = parse_json(self._data, max_depth=BUNDLE_LIMITS.depth)
-        items: list[Attempt] = list(itertools.islice(
-            document_attempts(structure(value, ReplayBundle)), count))
-        self._start = len(items)
-        return items
-
-    def __iter__(self) -> Iterator[Shard]:
-        for start in range(self._start, self._count, self._size):
-            yield Shard(start, min(self._size, self._count - start))
-
-
 def open_sharded(
     path: Path, shard_size: int, copy: BundleCopy | None = None
 ) -> tuple[int, SharedRun, StreamShards | DocumentShards]:
-    """``(attempt count, shared part, shards)``; refuses (exit 2) what ``open_bundle`` refuses.
-
-    With ``copy``, every byte read is kept there too, as ``open_bundle`` keeps it.
-    """
-    handle = open_input(path)
-    if copy is not None:
-        handle = cast(BinaryIO, _Tee(handle, copy))
-    limit = max(BUNDLE_LIMITS.document_bytes, BUNDLE_LIMITS.line_bytes)
-    lines = bounded_lines(handle, limit)
-    first = next(lines, b"")
-    if first is None:
-        refuse("document_too_large", f"{path}: more than {limit} bytes")
-    try:
-        head: JsonValue | SerdeError = parse_json(first, max_depth=BUNDLE_LIMITS.depth)
-    except SerdeError as exc:
-        head = exc
-    if isinstance(head, dict) and "format" in head:
-        if copy is not None:
-            copy.stream = True
-        reader = BundleStreamReader()
-        try:
-            reader.feed(first)
-            while not reader.run_ready:
-                line = next(lines, b"<eof>")
-                if line == b"<eof>":
-                    reader.finish()  # raises: the run is incomplete
-                if line is None:
-                    reader.feed_oversized()
-                else:
-                    reader.feed(line)
-        except BundleStreamError as exc:
-            refuse(exc.code, f"{path}: {exc.message}")
-        count = reader.attempt_count or 0
-        return count, shared_stream(reader), StreamShards(reader, lines, count, shard_size)
-    rest = handle.read(BUNDLE_LIMITS.document_bytes + 1 - len(first))
-    data = first
-    try:
-        if rest.strip():  # a document over several lines: parse it whole
-            data = first + b"\n" + rest
-            if len(data) > BUNDLE_LIMITS.document_bytes:
-                refuse("document_too_large",
-                       f"{path}: more than {BUNDLE_LIMITS.document_bytes} bytes")
-            head = parse_json(data, max_depth=BUNDLE_LIMITS.depth)
-        if isinstance(head, SerdeError):
-            raise head
-        bundle = structure(head, ReplayBundle)
-    except SerdeError as exc:
-        refuse(exc.code, f"{path}: {exc.message}")
-    try:
-        count = sum(1 for _ in document_attempts(bundle))
-    except ValueError as exc:
-        refuse("bundle_shape_invalid", f"{path}: {exc}")
-    run_id = bundle.chain.run.run_id
-    del bundle, head
-    return count, shared_document(data), DocumentShards(count, shard_size, run_id, data)
+    """``kernel.job.open_sharded``, its refusals as the command's (exit 2)."""
+    with refusals():
+        return read_sharded(path, shard_size, copy)
 
 
 def replay_sharded(

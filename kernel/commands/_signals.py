@@ -24,13 +24,13 @@ from importlib.machinery import ExtensionFileLoader
 from types import FrameType
 from typing import Final
 
+# SIGTERM, unwound like Ctrl-C (so every cleanup runs) but told apart at the top; the
+# main job records which of the two stopped it.
+from kernel.job.errors import Terminated as Terminated
+
 EXIT_SIGINT: Final = 130
 EXIT_SIGPIPE: Final = 141
 EXIT_SIGTERM: Final = 143
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, unwound like Ctrl-C (so every cleanup runs) but told apart at the top."""
 
 
 #: What the `kernel` launcher blocks across the interpreter's start-up (bin/kernel).

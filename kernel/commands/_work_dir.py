@@ -1,5 +1,5 @@
-"""``kernel run``'s checks of its paths before anything is written (the protocol itself:
-``kernel.orchestrate``'s work directory)."""
+"""``kernel run``'s check of its output path before anything is written (the work
+directory's own checks are the main job's: ``kernel.job``)."""
 
 from __future__ import annotations
 
@@ -9,25 +9,8 @@ from pathlib import Path
 from kernel.commands._io import is_stdio, refuse
 
 __all__ = [
-    "check_utf8_work_dir",
     "refuse_output_in_work_dir",
 ]
-
-
-def check_utf8_work_dir(work_dir: Path) -> None:
-    """Refuse a work directory whose path is not UTF-8 (exit 2), before anything runs.
-
-    The attempts' records name their files by path in canonical JSON, which
-    is UTF-8 only: such a run used to start and then fail every
-    certification (exit 1) instead of refusing at the boundary.
-    """
-    raw = os.fsencode(work_dir.absolute())
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        refuse("work_dir_not_utf8",
-               f"--work-dir {raw!r}: the path is not UTF-8, and the run's records name "
-               "their files in UTF-8; choose another directory name")
 
 
 def refuse_output_in_work_dir(out: Path | None, work_dir: Path) -> None:

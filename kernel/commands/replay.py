@@ -58,8 +58,7 @@ from kernel.commands._sharded import (
     replay_sharded,
 )
 from kernel.commands._signals import interruption
-from kernel.orchestrate._executors import ExecutorKind
-from kernel.orchestrate._shards import DEFAULT_SHARD_SIZE, RUN_SHARD_SIZE, classify_item
+from kernel.orchestrate import DEFAULT_SHARD_SIZE, RUN_SHARD_SIZE, ExecutorKind, classify_item
 from kernel.organs import builtin_manifest
 from kernel.replay import (
     ReplayAdapterOutcome,

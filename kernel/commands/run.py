@@ -1,48 +1,33 @@
-"""`kernel run BUNDLE --work-dir DIR`: the main job, end to end (ADR-0006).
+"""`kernel run BUNDLE --work-dir DIR`: the main job's command line (ADR-0006, ADR 0023).
 
-Every attempt of the bundle (a single document or a bundle stream, a path or
-``-``) is classified in the run's canonical order under the production
-manifest (``kernel.organs.CERTIFIED_MANIFEST``); for each attempt whose
-contract closes, ``kernel.orchestrate.ExternalCertifier`` runs the pinned
-z3 -> cvc5 pair in ``DIR/<attempt_id>/`` and hands the sealed receipt to the
-pure ``arithmetic.target_certified`` authority. Inline, attempts are
-decided here one at a time; with ``--executor process|dask`` they are taken
-in shards whose pure steps run on shard workers, certifications on the
-executor in between (ADR 0020, ``kernel.orchestrate._sharded_run``). Each
-batch's outcome lines are appended to ``DIR/outcomes.jsonl`` (flushed to
-disk) and streamed to the output in run order, exactly like ``kernel replay``.
+The job itself (the bundle read and kept, the work directory's protocol,
+resume, executors, the evidence store, interrupts) is ``kernel.job.MainJob``,
+the entry point a Python integrator uses too. This module parses the
+options into ``JobSettings``, turns the job's refusals into one ``error:``
+line and an exit code (``JobRefused``: 2 input, 3 integrity, 4
+environment; ``JobStopped``: 2 ``worker_lost``), streams each recorded
+outcome to the output exactly like ``kernel replay`` (``Emitter``), and
+prints the summary: the root cause of each attempt that did not close, and
+what the certifications were (read back from their runs' metadata).
 
-Interrupts: SIGINT and SIGTERM stop the running certification, leave
-``DIR/INTERRUPTED`` (which signal, how many outcomes are recorded) and exit
-130 and 143. ``--resume`` continues that work directory: recorded outcomes
-are kept (and re-emitted) once the pure core, from the bundle and the stored
-certification, gives each recorded line again (else exit 3,
-``resume_log_tampered``, nothing touched); the attempts after them are
-decided afresh, none twice: a certification the interrupt left complete is
-kept once it derives again with a verified receipt (ADR 0022), any other
-directory is removed and certified anew. A stored certification counts only
-when its attempt directory derives it again (its run's metadata and
-receipt, under the run-time receipt rules).
+SIGTERM is raised like Ctrl-C while the job runs (``Terminated``), so the
+running certification's processes are stopped and ``DIR/INTERRUPTED`` is
+left: exit 130 for SIGINT, 143 for SIGTERM.
 
 Exit codes: README "Exit codes" and adr/0013 (0 / 1 --fail-on / 2 boundary
-/ 3 integrity / 130 SIGINT / 143 SIGTERM). The default ``--fail-on`` is
-``unclassified``, as for ``kernel replay``: the main job promises a
-certification, so an attempt whose checker never concluded (a producer
-timeout, a lost worker) or whose obligations are not certified.v1's fails
-the run.
+/ 3 integrity / 4 environment / 130 SIGINT / 143 SIGTERM). The default
+``--fail-on`` is ``unclassified``, as for ``kernel replay``: the main job
+promises a certification, so an attempt whose checker never concluded (a
+producer timeout, a lost worker) or whose obligations are not
+certified.v1's fails the run.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import os
 import signal
-import sys
-import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
@@ -50,15 +35,8 @@ from typing import Annotated
 
 import typer
 
-from kernel.audit import (
-    StoredCertifications,
-    rederive_certification,
-)
-from kernel.bundles import BundleStreamError, ReadyAttempt, outcome_line
-from kernel.commands._io import ENVIRONMENT_EXIT, refuse, refuse_output_is_input
+from kernel.commands._io import refusals, refuse, refuse_output_is_input
 from kernel.commands._outcomes import (
-    Attempt,
-    BundleCopy,
     Emitter,
     FailOnOption,
     FormatOption,
@@ -67,85 +45,32 @@ from kernel.commands._outcomes import (
     VerboseOption,
     default_cause,
     fail_on_classes,
-    manifest_hint,
-    open_bundle,
     resolve_output,
-    stream_error,
 )
 from kernel.commands._sharded import (
     EXECUTOR_NAMES,
     MAX_SHARD_SIZE,
-    DocumentShards,
-    StreamShards,
     TlsCaOption,
     TlsCertOption,
     TlsKeyOption,
     complete_executor,
     executor_spec,
-    open_sharded,
 )
 from kernel.commands._signals import Terminated, fragile_frame, interruption, raise_interrupt
-from kernel.commands._verdict import EXIT_INTEGRITY
-from kernel.commands._work_dir import (
-    check_utf8_work_dir,
-    refuse_output_in_work_dir,
-)
-from kernel.external import (
-    MAX_DEADLINE_SECONDS,
-    ContainmentLevel,
-    RunLimits,
-    default_environment,
-    sandbox_shortfall,
-)
+from kernel.commands._work_dir import refuse_output_in_work_dir
+from kernel.job import JobReport, JobSettings, JobStopped, MainJob
 from kernel.orchestrate import (
     ATTEMPT_DIR,
-    BUNDLE_PARTIAL,
     CERTIFIED_BY,
-    INTERRUPTED_FILE,
+    DEFAULT_SHARD_SIZE,
     OUTCOMES_FILE,
     RUN_ID,
-    CertifierSetupError,
-    EvidenceStore,
-    EvidenceTask,
-    ExecutorKind,
-    ExecutorSetupError,
-    ExecutorSpec,
-    ExternalCertifier,
-    FirstOfKey,
-    WorkDirError,
-    certification_entry,
-    check_fresh_work_dir,
-    clear_unrecorded,
-    create_work_dir,
-    discover_tools,
-    holds_nothing,
-    keep_bundle,
-    mark_interrupted,
-    open_executor,
-    recorded_count,
-    recorded_outcomes,
-    replay_requests,
-    run_state,
-    still_as_left,
-)
-from kernel.orchestrate._sharded_run import replay_shards
-from kernel.orchestrate._shards import (
-    DEFAULT_SHARD_SIZE,
     RUN_SHARD_SIZE,
-    ShardError,
-    ShardRunner,
-    shards_beside,
 )
-from kernel.organs import certified_manifest
 from kernel.replay import (
-    AuthorityManifest,
     ReplayAdapterOutcome,
-    ReplayAdapterRefusal,
     ReplayAdapterResult,
-    RunFacts,
-    facts_for,
 )
-from kernel.serde import SerdeError, structure
 from kernel.text import escaped
 
 _HELP = """Run the main job: replay every attempt and certify targets with z3 -> cvc5.
@@ -231,12 +156,6 @@ outcome line that the bundle and the stored certification do not give again:
 resume_log_tampered, nothing touched); 130 SIGINT; 143 SIGTERM.
 """
 
-# What a builtin.v1 bundle's user should do: kernel run certifies under certified.v1.
-_MANIFEST_ADVICE = ("kernel run certifies under certified.v1: seal the draft with "
-                    "`kernel bundle --manifest certified.v1` (a builtin.v1 bundle is for "
-                    "`kernel replay`)")
-
-
 _METADATA_LIMIT = 1 << 20
 
 
@@ -278,60 +197,6 @@ class _NoteHandler(logging.Handler):
         typer.echo(f"note: {record.getMessage()}", err=True)
 
 
-def _check_recorded(work_dir: Path, prefix: list[Attempt], recorded: list[bytes]) -> None:
-    """For --resume: each recorded line is what the bundle and the stored certification give.
-
-    The work directory is a run store, not an authority (THREAT_MODEL: the run
-    store is an attacker): a log line is kept only if the pure core, given the
-    bundle's attempt and the certification stored for it (nothing is run),
-    writes exactly that line again. A stored certification counts only once
-    it is derived again from its own run's records (``StoredCertifications``:
-    the attempt directory audits intact, its metadata and its checker's
-    receipt under the receipt rules the kernel applies at run time, and an
-    accepting certification only of a run whose metadata says PASS).
-    Otherwise a forged ``contract_and_proof_closed`` line, or a certification
-    resealed over a run that was BLOCKED, would be carried into the outcomes
-    and the verdict. Integrity (exit 3), checked before anything in the
-    directory is touched.
-    """
-    stored = StoredCertifications(work_dir.absolute())
-    ready = [item.request for item in prefix if isinstance(item, ReadyAttempt)]
-    decided = iter(replay_requests(ready, certified_manifest(), stored))
-    for number, (item, line) in enumerate(zip(prefix, recorded, strict=True), start=1):
-        outcome = next(decided) if isinstance(item, ReadyAttempt) else item.refusal
-        if outcome_line(item.attempt_index, item.attempt_id, outcome) != line + b"\n":
-            refuse("resume_log_tampered",
-                   f"{work_dir / OUTCOMES_FILE}: line {number} is not the outcome the bundle "
-                   f"and the stored certification give for attempt {item.attempt_index}"
-                   f"{_underived(stored, item)}; nothing was changed "
-                   "(kernel audit --outcomes --bundle lists what differs)",
-                   exit_code=EXIT_INTEGRITY)
-
-
-def _underived(stored: StoredCertifications, item: Attempt) -> str:
-    """Why the attempt's stored certification does not count, for the message ('' if it does)."""
-    if item.attempt_id is None or not ATTEMPT_DIR.fullmatch(item.attempt_id):
-        return ""  # no directory of its own to look at
-    findings = stored.findings(item.attempt_id)
-    if not findings:
-        return ""
-    first = findings[0]
-    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
-    return (f" (its certification does not derive from its run's records: {first.code.value} "
-            f"{first.path} {first.subject}{more})")
-
-
-def _outcome_of(line: bytes) -> ReplayAdapterOutcome:
-    try:
-        record = json.loads(line)["outcome"]
-        kind: type[ReplayAdapterOutcome] = (
-            ReplayAdapterResult if "replay_result_id" in record else ReplayAdapterRefusal
-        )
-        return structure(record, kind)
-    except (ValueError, KeyError, TypeError, SerdeError) as exc:
-        refuse("resume_log_corrupt", f"a recorded outcome does not read back: {exc}")
-
-
 def _root_cause(work_dir: Path) -> Callable[[int, str | None, ReplayAdapterOutcome], str | None]:
     """The summary's cause for an attempt: its certification's reason, or the refusal's."""
 
@@ -356,15 +221,15 @@ def _root_cause(work_dir: Path) -> Callable[[int, str | None, ReplayAdapterOutco
     return cause
 
 
-def _certification_lines(
-    root: Path, kept: set[str], adopted: frozenset[str], seconds: float, spec: ExecutorSpec
-) -> list[str]:
+def _certification_lines(root: Path, report: JobReport) -> list[str]:
     """The summary's account of the certifications this invocation ran: who, how many, how long.
 
     Read back from the attempt directories' ``metadata.json`` (written by the
     external protocol, not by this summary), so it says what ran: z3 as the
     producer, cvc5 as the checker, each in its own sandboxed step.
     """
+    kept, adopted, seconds, spec = (report.recorded_earlier, report.kept_from_interrupt,
+                                    report.seconds, report.executor)
     statuses: dict[str, int] = {}
     produced = checked = reused = 0
     containment: set[str] = set()
@@ -411,52 +276,6 @@ def _certification_lines(
         f"(each step contained: {', '.join(sorted(containment))}"
         + (f"; parts: {', '.join(sorted(parts))}" if parts else "") + ")",
     ] + ([repeats] if reused else [])
-
-
-# One decided attempt as the command records it: index, attempt id, outcome, line, hint.
-_Decided = tuple[int, str | None, ReplayAdapterOutcome, bytes, str | None]
-
-
-def _hint(item: Attempt, outcome: ReplayAdapterOutcome) -> str | None:
-    """The summary's likely cause (a builtin.v1 bundle); module level, so a worker can call it."""
-    return manifest_hint(item, outcome, certified_manifest(), _MANIFEST_ADVICE)
-
-
-def _inline_batches(
-    attempts: Iterator[Attempt], manifest: AuthorityManifest, certifier: ExternalCertifier
-) -> Iterator[list[_Decided]]:
-    """Inline: each attempt decided here, one at a time (a batch of one).
-
-    The run is examined once and its facts passed with every attempt (ADR 0011):
-    examined again for each attempt, a run of n attempts cost O(n^2).
-    """
-    facts: RunFacts | None = None
-    reuse: FirstOfKey[EvidenceTask] = FirstOfKey()  # a repeat reuses the run's first (ADR-0019)
-    for item in attempts:
-        if isinstance(item, ReadyAttempt):
-            facts = facts_for(item.request, facts)
-            (outcome,) = replay_requests(
-                [item.request], manifest, certifier, facts=facts, reuse=reuse
-            )
-        else:
-            outcome = item.refusal
-        line = outcome_line(item.attempt_index, item.attempt_id, outcome)
-        yield [(item.attempt_index, item.attempt_id, outcome, line, _hint(item, outcome))]
-
-
-def _sharded_batches(
-    runner: ShardRunner, shards: StreamShards | DocumentShards, pool: Executor | None,
-    certifier: ExternalCertifier, manifest: AuthorityManifest,
-) -> Iterator[list[_Decided]]:
-    """On workers: a shard at a time, its pure steps there, its certifications on ``pool``."""
-    for batch in replay_shards(runner, shards, pool, certifier, manifest.manifest_version,
-                               _hint):
-        yield [(s.index, s.attempt_id, s.outcome, s.line, s.hint) for s in batch]
-    tail: list[_Decided] = [(item.attempt_index, item.attempt_id, item.refusal,
-             outcome_line(item.attempt_index, item.attempt_id, item.refusal),
-             _hint(item, item.refusal)) for item in shards.tail]
-    if tail:  # attempt lines missing at the end of the stream: the reader's refusals
-        yield tail
 
 
 def register(app: typer.Typer) -> None:
@@ -523,150 +342,52 @@ def register(app: typer.Typer) -> None:
                  "producer, the checker still runs. Outcomes are the same with or "
                  "without it.")] = None,
     ) -> None:
-        check_utf8_work_dir(work_dir)
         chosen = resolve_output(out, output_format)
         classes = fail_on_classes(fail_on)
-        if not 0 < deadline <= MAX_DEADLINE_SECONDS:
-            refuse("invalid_deadline", f"--deadline must be positive and at most "
-                   f"{MAX_DEADLINE_SECONDS} seconds (7 days), got {deadline}")
         spec = executor_spec(executor, workers, scheduler, connect_timeout,
                              (tls_ca_file, tls_cert, tls_key))
-        if recheck_returned and spec.kind is ExecutorKind.INLINE:
-            refuse("option_conflict", "--recheck-returned re-checks what workers return: "
-                   "it needs --executor process or dask (inline, every certification "
-                   "already runs here)")
         refuse_output_is_input(out, bundle_path, work_dir / OUTCOMES_FILE)
         refuse_output_in_work_dir(out, work_dir)
-        copy = BundleCopy()  # what the run reads, kept in the work directory (the audit's input)
-        sharded = spec.kind is not ExecutorKind.INLINE
-        attempts: Iterator[Attempt] = iter(())
-        shards: StreamShards | DocumentShards | None = None
-        if sharded:  # the pure steps on the workers too (ADR 0020): the lines, unparsed here
-            total, shared, shards = open_sharded(bundle_path, shard_size or RUN_SHARD_SIZE, copy)
-            identity = shards.run_id
-        else:
-            total, identity, attempts = open_bundle(bundle_path, copy)
-        recorded: list[bytes] = []
-        prefix: list[Attempt] = []
-        manifest = certified_manifest()
-        if resume and holds_nothing(work_dir):
-            # Interrupted before the work directory held anything (issue 35,
-            # finding 7): a wrapper that retries with --resume after 130 starts fresh.
-            if not quiet:
-                typer.echo(f"note: --resume: {work_dir} holds no run yet (absent or empty); "
-                           "starting fresh", err=True)
-            resume = False
-        try:
-            if resume:
-                recorded = recorded_outcomes(work_dir, identity, total)
-                # Read past the recorded attempts, but never take their outcomes on trust.
-                prefix = (shards.take(len(recorded)) if shards is not None
-                          else list(itertools.islice(attempts, len(recorded))))
-                _check_recorded(work_dir, prefix, recorded)
-            else:
-                check_fresh_work_dir(work_dir)
-        except WorkDirError as exc:
-            refuse(exc.code, exc.message)
-        try:
-            entry = certification_entry(discover_tools(Path(sys.executable)))
-        except CertifierSetupError as exc:
-            refuse("certifier_unavailable", exc.message)
-        if entry.required_containment is ContainmentLevel.SANDBOX:
-            # Every certification would end BLOCKED containment_unavailable: say
-            # so once, before anything runs, with what to install.
-            shortfall = sandbox_shortfall()
-            if shortfall is not None:
-                refuse("sandbox_unavailable", f"certification runs every step in a "
-                       f"sandbox: {shortfall}", exit_code=ENVIRONMENT_EXIT)
-        root = work_dir.absolute()
+        settings = JobSettings(work_dir=work_dir, executor=spec, resume=resume,
+                               evidence_store=evidence_store, deadline=deadline,
+                               shard_size=shard_size, recheck_returned=recheck_returned)
         logger = logging.getLogger("kernel.orchestrate")
         # --quiet still needs a handler, or logging's last resort prints the notes.
         handler = logging.NullHandler() if quiet else _NoteHandler(logging.WARNING)
         code = 0
         with ExitStack() as stack:
-            try:
-                # Opened before anything is written: a refusal leaves no trace.
-                pool = stack.enter_context(open_executor(spec))
-            except ExecutorSetupError as exc:
-                refuse(exc.code, exc.message)
-            left: dict[str, tuple[int, int]] = {}
-            try:
-                if resume:  # a certification the interrupt left complete may be kept
-                    left = clear_unrecorded(root, recorded)
-                else:
-                    create_work_dir(root, run_state(identity, total))
-            except WorkDirError as exc:
-                refuse(exc.code, exc.message)
-            certifier = ExternalCertifier(
-                root, entry, RunLimits(deadline, deadline), default_environment(),
-                store=None if evidence_store is None else EvidenceStore(evidence_store),
-                rederive=rederive_certification,  # a worker's certification is derived here
-                adopt=resume, recheck=recheck_returned,
-            )
-            log = stack.enter_context((root / OUTCOMES_FILE).open("ab"))
-            kept = stack.enter_context((root / BUNDLE_PARTIAL).open("wb"))
-            copy.attach(kept)
-            recorded_ids = {json.loads(line)["attempt_id"] for line in recorded}
-            elapsed = 0.0  # seconds spent deciding batches: the certifications, mostly
-            runner: ShardRunner | None = None
+            with refusals():  # every check, before anything is written
+                job = stack.enter_context(MainJob(bundle_path, settings))
+            if job.started_fresh and not quiet:
+                # Interrupted before the work directory held anything (issue 35,
+                # finding 7): a wrapper that retries with --resume after 130 starts fresh.
+                typer.echo(f"note: --resume: {work_dir} holds no run yet (absent or empty); "
+                           "starting fresh", err=True)
             logger.addHandler(handler)
             stack.callback(logger.removeHandler, handler)
             try:
-                with _signals_as_interrupts(), Emitter(
+                with refusals(), _signals_as_interrupts(), Emitter(
                     out=out, output_format=chosen, quiet=quiet, verbose=verbose,
-                    fail_on=classes, total=total, label="certifying",
-                    explain=_root_cause(root),
-                    epilogue=lambda: _certification_lines(
-                        root, recorded_ids, still_as_left(root, left), elapsed, spec),
+                    fail_on=classes, total=job.total, label="certifying",
+                    explain=_root_cause(job.root),
+                    epilogue=lambda: _certification_lines(job.root, job.report()),
                 ) as emitter:
-                    for index, (item, line) in enumerate(zip(prefix, recorded, strict=True)):
-                        outcome = _outcome_of(line)
-                        emitter.add(index, json.loads(line)["attempt_id"], outcome,
-                                    manifest_hint(item, outcome, manifest, _MANIFEST_ADVICE))
-                    if shards is None:
-                        batches = _inline_batches(attempts, manifest, certifier)
-                    else:
-                        runner = stack.enter_context(shards_beside(shared, spec, pool))
-                        batches = _sharded_batches(runner, shards, pool, certifier, manifest)
-                    try:
-                        while True:
-                            started = time.monotonic()
-                            batch = next(batches, None)
-                            elapsed += time.monotonic() - started
-                            if batch is None:
-                                break
-                            for index, attempt_id, outcome, line, hint in batch:
-                                emitter.add(index, attempt_id, outcome, hint, line=line)
-                            # Recorded (and flushed to disk) a batch at a time: what
-                            # --resume keeps is exactly what was decided.
-                            log.write(b"".join(entry[3] for entry in batch))
-                            log.flush()
-                            os.fsync(log.fileno())
-                    except BundleStreamError as exc:
-                        stream_error(bundle_path, exc)
-                    if shards is not None and shards.error is not None:
-                        stream_error(bundle_path, shards.error)
-                    if runner is not None and runner.restarts and not quiet:
+                    for recorded in job.outcomes():
+                        emitter.add(recorded.index, recorded.attempt_id, recorded.outcome,
+                                    recorded.hint, line=recorded.line)
+                    restarts = job.report().restarts
+                    if restarts and not quiet:
                         typer.echo("note: a worker process died; the shards it had not "
-                                   f"returned were run again ({runner.restarts} time(s))",
-                                   err=True)
-                    keep_bundle(root, kept, copy.stream)
+                                   f"returned were run again ({restarts} time(s))", err=True)
                     code = emitter.finish()
-            except ShardError as exc:  # a shard's workers were lost: fail closed, resumable
-                log.flush()
-                done = recorded_count(root)
-                refuse(exc.code, f"{exc.message}: {done} of {total} attempts recorded; "
-                       f"continue with --resume --work-dir {work_dir}")
+            except JobStopped as exc:  # a shard's workers were lost: fail closed, resumable
+                refuse(exc.code, f"{exc.message}: {exc.recorded} of {exc.total} attempts "
+                       f"recorded; continue with --resume --work-dir {work_dir}")
             except KeyboardInterrupt as exc:
                 name, exit_code = interruption(exc)
-                # What --resume will keep: the complete lines on disk (the signal
-                # may have come between a chunk's write and the count).
-                log.flush()
-                done = mark_interrupted(root, name)
-                typer.echo(f"error: interrupted: {name} after {done} of {total} attempts; "
+                done = job.interrupted(exc)
+                typer.echo(f"error: interrupted: {name} after {done} of {job.total} attempts; "
                            f"continue with --resume --work-dir {work_dir}", err=True)
                 raise typer.Exit(exit_code) from None
-        (root / INTERRUPTED_FILE).unlink(missing_ok=True)
         if code:
             raise typer.Exit(code)
-

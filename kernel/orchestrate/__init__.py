@@ -18,6 +18,9 @@ certifier runs are programs, not modules (``kernel/programs/``).
   is all that crosses an executor (ADR-0008);
 - the work directory's protocol (``_work_dir``): ``run_state``, ``recorded_outcomes``,
   ``clear_unrecorded``, ``keep_bundle``, ``mark_interrupted``, ``WorkDirError``;
+- sharded runs (ADR 0020): ``open_sharded``'s shards (``Shard``, ``SharedRun``)
+  classified on ``process_shards`` / ``dask_shards`` / ``shards_beside``
+  runners, and ``replay_shards`` for the main job's certifying shards;
 - ``ExternalCertifier``: evidence for ``arithmetic.target_certified`` from
   the pinned z3 -> cvc5 pair (``discover_tools``, ``certification_entry``),
   sealed by the verification adapter in an independent session; its tasks
@@ -73,6 +76,21 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers; loaded on fi
         TaskProvider,
     )
     from kernel.orchestrate._recheck import RECHECK_ID
+    from kernel.orchestrate._sharded_run import Settled, replay_shards
+    from kernel.orchestrate._shards import (
+        DEFAULT_SHARD_SIZE,
+        RUN_SHARD_SIZE,
+        Shard,
+        ShardError,
+        ShardRunner,
+        SharedRun,
+        classify_item,
+        dask_shards,
+        process_shards,
+        shards_beside,
+        shared_document,
+        shared_stream,
+    )
     from kernel.orchestrate._tools import (
         BACKENDS_DIR,
         CERTIFY_CHECK_ID,
@@ -141,6 +159,24 @@ _LAZY: dict[str, str] = {
     "FirstOfKey": "kernel.orchestrate._inflight",
     "backend_output": "kernel.orchestrate._backend",
     "RECHECK_ID": "kernel.orchestrate._recheck",
+    **dict.fromkeys(("Settled", "replay_shards"), "kernel.orchestrate._sharded_run"),
+    **dict.fromkeys(
+        (
+            "DEFAULT_SHARD_SIZE",
+            "RUN_SHARD_SIZE",
+            "Shard",
+            "ShardError",
+            "ShardRunner",
+            "SharedRun",
+            "classify_item",
+            "dask_shards",
+            "process_shards",
+            "shards_beside",
+            "shared_document",
+            "shared_stream",
+        ),
+        "kernel.orchestrate._shards",
+    ),
     **dict.fromkeys(
         (
             "ExecutorKind",
@@ -234,6 +270,7 @@ __all__ = [
     "CertificationTask",
     "CertifierSetupError",
     "CertifierTools",
+    "DEFAULT_SHARD_SIZE",
     "EVIDENCE_SOURCE",
     "EvidenceProvider",
     "EvidenceStore",
@@ -254,7 +291,13 @@ __all__ = [
     "OrchestrateError",
     "RECHECK_ID",
     "RUN_ID",
+    "RUN_SHARD_SIZE",
     "STATE_FILE",
+    "Settled",
+    "Shard",
+    "ShardError",
+    "ShardRunner",
+    "SharedRun",
     "TaskProvider",
     "TlsFiles",
     "WorkDirError",
@@ -263,20 +306,27 @@ __all__ = [
     "certification_entry",
     "check_executor_spec",
     "check_fresh_work_dir",
+    "classify_item",
     "clear_unrecorded",
     "create_work_dir",
+    "dask_shards",
     "discover_tools",
     "gather_safely",
     "holds_nothing",
     "keep_bundle",
     "mark_interrupted",
     "open_executor",
+    "process_shards",
     "producer_session",
     "recorded_count",
     "recorded_outcomes",
     "replay_bundle",
     "replay_requests",
+    "replay_shards",
     "run_state",
+    "shards_beside",
+    "shared_document",
+    "shared_stream",
     "still_as_left",
     "store_key",
 ]
