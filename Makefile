@@ -172,6 +172,11 @@ bench-recheck: $(STAMP) sandbox-tools  ## kernel run with and without --recheck-
 bench-two-nodes: $(STAMP) sandbox-tools  ## 200 certifications on two separate workers (own mount and network namespaces, root) against a local Dask cluster of 2, 2 interleaved rounds; transfer bytes and time per certification (~4 min)
 	$(BIN)/python -m bench._two_nodes 200 2
 
+.PHONY: bench-two-nodes-replay
+TWO_NODE_ATTEMPTS ?= 1000000
+bench-two-nodes-replay: $(STAMP) sandbox-tools  ## kernel replay of TWO_NODE_ATTEMPTS (1,000,000) attempts on two separate workers, peak RSS of the driver; a local Dask cluster of 2 beside it (~1.5 h here at 1M; 100,000: ~6 min)
+	$(BIN)/python -m bench._two_nodes_replay $(TWO_NODE_ATTEMPTS)
+
 .PHONY: bench-parallel
 bench-parallel: $(STAMP) sandbox-tools  ## 200 real checks: serial against process pools and Dask of 1, 2, 4 workers, 3 full rounds (~10-25 min)
 	$(BIN)/python -m bench --parallel

@@ -21,7 +21,8 @@ alike (adr/0023-the-main-job.md):
 This layer sits above ``kernel.audit`` (a resumed run's recorded lines and a
 worker's certifications are derived again through it) and below
 ``kernel.commands``. Names load lazily (PEP 562), as in ``kernel.orchestrate``:
-``kernel.job.errors`` is imported at every command's start-up.
+``kernel.job.errors`` and ``kernel.job._input`` are imported at every
+command's start-up, and load nothing heavy.
 """
 
 from __future__ import annotations
@@ -31,19 +32,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kernel.job._bundle_input import (
-        STDIO,
         Attempt,
         BundleCopy,
         DocumentShards,
         StreamShards,
-        bounded_lines,
-        is_stdio,
-        is_stream,
         open_bundle,
-        open_input,
         open_sharded,
     )
     from kernel.job._hints import RUN_MANIFEST_ADVICE, manifest_hint, run_hint
+    from kernel.job._input import STDIO, bounded_lines, is_stdio, is_stream, open_input
     from kernel.job._main_job import (
         MAX_SHARD_SIZE,
         JobReport,
@@ -55,10 +52,12 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
-        ("STDIO", "Attempt", "BundleCopy", "DocumentShards", "StreamShards", "bounded_lines",
-         "is_stdio", "is_stream", "open_bundle", "open_input", "open_sharded"),
+        ("Attempt", "BundleCopy", "DocumentShards", "StreamShards", "open_bundle",
+         "open_sharded"),
         "kernel.job._bundle_input",
     ),
+    **dict.fromkeys(("STDIO", "bounded_lines", "is_stdio", "is_stream", "open_input"),
+                    "kernel.job._input"),
     **dict.fromkeys(("RUN_MANIFEST_ADVICE", "manifest_hint", "run_hint"), "kernel.job._hints"),
     **dict.fromkeys(
         ("MAX_SHARD_SIZE", "JobReport", "JobSettings", "MainJob", "RecordedOutcome"),
