@@ -109,3 +109,29 @@ def test_a_certification_worker_killed_while_returning_its_result_hangs_nothing(
     ] + ["restarts 1"], stderr.decode(errors="replace")[-3000:]
     assert process.returncode == 0, stderr.decode(errors="replace")[-3000:]
     assert list(temporary.iterdir()) == []  # no result file outlives its pool
+
+
+_NO_ROOM = """
+import os, shutil
+from kernel.orchestrate._process_pool import process_pool
+with process_pool(1) as pool:
+    shutil.rmtree(pool.pool.spill)  # its workers can no longer write a result file
+    results = [pool.submit(bytes, n).result() for n in (16, 4096, 1 << 20)]
+    assert [len(r) for r in results] == [16, 4096, 1 << 20] and not any(map(any, results))
+    try:
+        pool.submit(bytes.fromhex, "zz" * 2048).result()
+    except ValueError as exc:
+        print("raised", type(exc).__name__, flush=True)
+    print("ok", pool.restarts, flush=True)
+"""
+
+
+def test_a_result_with_no_room_for_its_file_still_comes_back(tmp_path: Path) -> None:
+    # A full or vanished temporary directory must not cost a certification: the result
+    # comes through the pipe, as it did before results had files, and a raise stays a raise.
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_ROOM], capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["raised ValueError", "ok 0"], done.stderr[-3000:]

@@ -108,8 +108,13 @@ def _spill(directory: str, outcome: tuple[bool, Any]) -> Any:
         return outcome[1]
     path = os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
     return _Spilled(path, hashlib.sha256(data).hexdigest(), len(data))
 
 
@@ -138,8 +143,10 @@ def _as_a_task(
             outcome = (False, _ExceptionWithTraceback(exc, trace))
         try:
             return _spill(spill, outcome)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            # Not picklable: the pool's own handling (a small message) says so.
+        except (pickle.PicklingError, TypeError, AttributeError, OSError):
+            # Not picklable: the pool's own handling (a small message) says so. No room
+            # for the file (a full temporary directory): the pipe, as before this module
+            # had files, rather than a certification lost to the temporary directory.
             if outcome[0]:
                 return outcome[1]
             raise outcome[1].exc from None
