@@ -174,7 +174,7 @@ bench-two-nodes: $(STAMP) sandbox-tools  ## 200 certifications on two separate w
 
 .PHONY: bench-two-nodes-replay
 TWO_NODE_ATTEMPTS ?= 1000000
-bench-two-nodes-replay: $(STAMP) sandbox-tools  ## kernel replay of TWO_NODE_ATTEMPTS (1,000,000) attempts on two separate workers, peak RSS of the driver; a local Dask cluster of 2 beside it (~1.5 h here at 1M; 100,000: ~6 min)
+bench-two-nodes-replay: $(STAMP) sandbox-tools  ## kernel replay of TWO_NODE_ATTEMPTS (1,000,000) attempts on two separate workers, peak RSS of the driver; a local Dask cluster of 2 beside it (~35 min here at 1M; 100,000: ~6 min)
 	$(BIN)/python -m bench._two_nodes_replay $(TWO_NODE_ATTEMPTS)
 
 .PHONY: bench-parallel
