@@ -156,9 +156,10 @@ examples-external: $(STAMP) sandbox-tools  ## run the SMT (z3 -> cvc5) and SAT (
 # Side-by-side benchmarks (bench/): variants interleaved over many rounds,
 # reported as ratios with their spread; results are kept in BENCHMARKS.md.
 .PHONY: bench
-bench: $(STAMP) sandbox-tools  ## issue 10's seven targets, issue 21's store and issue 22's sharded replay side by side, one table of ratios (~30-50 min, of which target 9's three rounds ~25; BENCHMARKS.md)
+bench: $(STAMP) sandbox-tools  ## issue 10's seven targets, issue 21's store and issue 22's sharded replay side by side, one table of ratios (~30-50 min, of which target 9's three rounds ~25), then issue 36's two-node runs (root; ~40 min more at TWO_NODE_ATTEMPTS=1000000; BENCHMARKS.md)
 	@mkdir -p build
 	$(BIN)/python -m bench --targets --markdown --json build/bench-targets.json
+	$(MAKE) --no-print-directory bench-two-nodes bench-two-nodes-replay
 
 .PHONY: bench-groups
 bench-groups: $(STAMP) sandbox-tools  ## the detailed interleaved comparisons: canonical_json, strict parse, replay, start-up (~2-4 min)
