@@ -31,18 +31,9 @@ from pathlib import Path
 import pytest
 
 from tests.orchestrate_helpers import ROOT
+from tests.support.processes import in_a_large_write
 
 _RESULT_BYTES = 48 * 1024 * 1024
-
-
-def _blocked_in_a_large_write(tid: int) -> bool:
-    """True while thread ``tid`` of this process waits inside write(2) of more than 1 MiB."""
-    try:
-        fields = Path(f"/proc/self/task/{tid}/syscall").read_text().split()
-    except OSError:
-        return False
-    # "<number> <arg1> <arg2> <arg3> ...": write(2) is 1 on x86_64, 64 on aarch64.
-    return len(fields) > 3 and fields[0] in ("1", "64") and int(fields[3], 16) > 1 << 20
 
 
 def _a_result_file(temporary: Path) -> bool:
@@ -59,7 +50,7 @@ def large_result_dying_once(marker: str, number: int) -> bytes:
     worker, temporary = threading.get_native_id(), Path(os.environ["TMPDIR"])
 
     def kill_while_returning() -> None:
-        while not (_blocked_in_a_large_write(worker) or _a_result_file(temporary)):
+        while not (in_a_large_write(worker) or _a_result_file(temporary)):
             time.sleep(0.0002)
         os.kill(os.getpid(), signal.SIGKILL)
 

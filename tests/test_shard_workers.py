@@ -35,18 +35,9 @@ from typing import Any, cast
 import pytest
 
 from tests.orchestrate_helpers import ROOT
+from tests.support.processes import in_a_large_write
 
 _RESULT_BYTES = 48 * 1024 * 1024
-
-
-def _writing_a_large_buffer(tid: int) -> bool:
-    """True while thread ``tid`` of this process is inside write(2) of more than 1 MiB."""
-    try:
-        fields = Path(f"/proc/self/task/{tid}/syscall").read_text().split()
-    except OSError:
-        return False
-    # "<number> <arg1> <arg2> <arg3> ...": write(2) is 1 on x86_64, 64 on aarch64.
-    return len(fields) > 3 and fields[0] in ("1", "64") and int(fields[3], 16) > 1 << 20
 
 
 def large_result_dying_once(shared: object, marker: str, number: int) -> bytes:
@@ -61,7 +52,7 @@ def large_result_dying_once(shared: object, marker: str, number: int) -> bytes:
     def kill_mid_write() -> None:
         # The pipe holds 64 KiB: the write of a 48 MiB result blocks in the
         # kernel until the parent has read nearly all of it.
-        while not _writing_a_large_buffer(worker):
+        while not in_a_large_write(worker):
             time.sleep(0.0002)
         time.sleep(0.002)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -296,3 +296,14 @@ def seen_by_some_process(path: Path | str) -> bool:
             if os.path.lexists(f"/proc/{pid}/root{path}"):
                 return True
     return False
+
+
+def in_a_large_write(tid: int) -> bool:
+    """True while thread ``tid`` of the calling process is inside write(2) of more than 1 MiB
+    (a worker's result on its way to the parent: the moment the pool tests kill it in)."""
+    try:
+        fields = Path(f"/proc/self/task/{tid}/syscall").read_text().split()
+    except OSError:
+        return False
+    # "<number> <arg1> <arg2> <arg3> ...": write(2) is 1 on x86_64, 64 on aarch64.
+    return len(fields) > 3 and fields[0] in ("1", "64") and int(fields[3], 16) > 1 << 20
