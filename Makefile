@@ -100,7 +100,7 @@ interrupts: $(STAMP) sandbox-tools  ## SIGINT/SIGTERM to kernel run and kernel r
 SIGNAL_TESTS := tests/test_cli_interrupts.py tests/test_cli_start_up_interrupts.py tests/test_cli_newcomer.py tests/test_cli_run_resume.py \
   tests/test_containment.py tests/test_containment_probe.py tests/test_evidence_limits.py tests/test_evidence_store.py \
   tests/test_evidence_store_run.py tests/test_external_process.py tests/test_orchestrate_cluster.py \
-  tests/test_orchestrate_driver.py tests/test_orchestrate_scale.py tests/test_pool_results.py tests/test_pool_spawn_signals.py \
+  tests/test_orchestrate_driver.py tests/test_orchestrate_no_shared_fs.py tests/test_orchestrate_scale.py tests/test_pool_results.py tests/test_pool_spawn_signals.py \
   tests/test_redteam_external.py tests/test_replay_sharded.py tests/test_run_sharded.py \
   tests/test_shard_workers.py tests/test_signals_in_finalizers.py
 SIGNAL_K := kill or signal or sigterm or sigint or ctrl_c or interrupt or dies or dying or lost or forged_self_consistent

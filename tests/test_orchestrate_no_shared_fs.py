@@ -197,8 +197,11 @@ def test_a_worker_killed_mid_run_costs_at_most_its_attempt_and_the_driver_audits
         while len(list(work.glob("*/certification.json"))) < 2:  # landed on the driver
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.02)
+        # This cluster's w0 only: another test's cluster may run beside it (-n 2),
+        # with a worker of the same name but a directory of its own.
+        ours = b"\0--local-directory\0" + bytes(cluster / "w0") + b"\0"
         (victim,) = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-                     if b"\0--name\0w0\0" in _cmdline(pid)]
+                     if ours in _cmdline(pid) + b"\0"]
         os.kill(victim, signal.SIGKILL)
         _, stderr = process.communicate(timeout=600)
     assert process.returncode in (0, 1), stderr
