@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.orchestrate_helpers import ROOT
-from tests.support.processes import in_a_large_write
+from tests.support.processes import finished_within, in_a_large_write
 
 _RESULT_BYTES = 48 * 1024 * 1024
 
@@ -88,12 +88,8 @@ def test_a_certification_worker_killed_while_returning_its_result_hangs_nothing(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True,
         env={**os.environ, "TMPDIR": str(temporary)},
     )
-    try:
-        stdout, stderr = process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"the pool hung after its worker died returning a result: {stdout!r}")
+    stdout, stderr = finished_within(
+        process, 60, "the pool hung after its worker died returning a result")
     assert marker.exists()  # the first task did arm its kill
     assert stdout.decode().splitlines() == [
         f"{number} {_RESULT_BYTES}" for number in range(4)

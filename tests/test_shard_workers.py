@@ -35,7 +35,7 @@ from typing import Any, cast
 import pytest
 
 from tests.orchestrate_helpers import ROOT
-from tests.support.processes import in_a_large_write
+from tests.support.processes import finished_within, in_a_large_write
 
 _RESULT_BYTES = 48 * 1024 * 1024
 
@@ -90,12 +90,8 @@ def test_a_worker_killed_while_writing_its_result_is_replaced_and_its_job_run_ag
          str(marker), method],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True,
     )
-    try:
-        stdout, stderr = process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"the runner hung after its worker died mid-write: {stdout!r} {stderr!r}")
+    stdout, stderr = finished_within(
+        process, 60, "the runner hung after its worker died mid-write")
     assert marker.exists()  # the first job did arm its kill
     size = _RESULT_BYTES
     # The dead worker's replacement is spawned, whatever the first ones were.

@@ -29,6 +29,7 @@ from collections.abc import Callable, Set
 from pathlib import Path
 
 import attrs
+import pytest
 
 __all__ = [
     "ProcessStat",
@@ -307,3 +308,16 @@ def in_a_large_write(tid: int) -> bool:
         return False
     # "<number> <arg1> <arg2> <arg3> ...": write(2) is 1 on x86_64, 64 on aarch64.
     return len(fields) > 3 and fields[0] in ("1", "64") and int(fields[3], 16) > 1 << 20
+
+
+def finished_within(
+    process: subprocess.Popen[bytes], seconds: float, hung: str
+) -> tuple[bytes, bytes]:
+    """``process``'s output once it has ended; past ``seconds`` its process group (it was
+    started with ``start_new_session``) is killed and the test fails with ``hung``."""
+    try:
+        return process.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{hung}: {stdout!r} {stderr[-2000:]!r}")
